@@ -1,0 +1,111 @@
+"""Tiny models and synthetic data for tests/test_training.py, and the script its DDP test runs under torchrun.
+
+`python -m torch.distributed.run --standalone --nproc_per_node=2 tests/ddp_worker.py OUT.pt` trains a tiny
+classifier with 2 processes (gloo on CPU), stopping half-way and resuming from the checkpoint, and rank 0
+saves the per-step history, the eval scores and the final weights to OUT.pt, for the test to compare with
+one uninterrupted process on the same global batches.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+from bertlib import BertConfig, BertForPreTraining, BertForSequenceClassification
+from bertlib.training import Trainer, TrainingConfig
+
+VOCAB = 100
+MASK_ID = 4  # ids 0-4 play [PAD] [UNK] [CLS] [SEP] [MASK]
+SEQ = 12
+
+
+def tiny_config(dropout: bool = False) -> BertConfig:
+    """The tiny preset over a 100-token vocabulary; dropout off unless asked (numbers must compare)."""
+    p = 0.1 if dropout else 0.0
+    return BertConfig.preset("tiny", vocab_size=VOCAB, max_position_embeddings=32,
+                             hidden_dropout_prob=p, attention_dropout_prob=p)
+
+
+def classifier(seed: int = 0, dropout: bool = False) -> BertForSequenceClassification:
+    """A freshly initialised tiny classifier, the same for the same seed."""
+    torch.manual_seed(seed)
+    return BertForSequenceClassification(tiny_config(dropout))
+
+
+def pretrainer(seed: int = 0, dropout: bool = True) -> BertForPreTraining:
+    """A freshly initialised tiny BertForPreTraining, the same for the same seed."""
+    torch.manual_seed(seed)
+    return BertForPreTraining(tiny_config(dropout))
+
+
+def classification_data(n: int, seed: int = 0) -> list[dict[str, torch.Tensor]]:
+    """n padded sequences; the label says whether token 7 occurs (learnable from the tokens)."""
+    generator = torch.Generator().manual_seed(seed)
+    items = []
+    for i in range(n):
+        length = int(torch.randint(4, SEQ + 1, (), generator=generator))
+        ids = torch.zeros(SEQ, dtype=torch.long)
+        ids[0] = 2
+        ids[1:length] = torch.randint(5, 20, (length - 1,), generator=generator)
+        if i % 2:
+            ids[int(torch.randint(1, length, (), generator=generator))] = 7
+        items.append({"input_ids": ids, "attention_mask": (torch.arange(SEQ) < length).long(),
+                      "labels": torch.tensor(int((ids == 7).any()))})
+    return items
+
+
+def stack(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Collate a list of equal-shape dicts by stacking each key."""
+    return {key: torch.stack([item[key] for item in items]) for key in items[0]}
+
+
+def pretraining_data(n: int, seed: int = 0) -> list[dict[str, torch.Tensor]]:
+    """n full-length sentence pairs with segment ids and NSP labels (no masks: the collator draws them)."""
+    generator = torch.Generator().manual_seed(seed)
+    items = []
+    for _ in range(n):
+        ids = torch.randint(5, VOCAB, (SEQ,), generator=generator)
+        ids[0] = 2
+        ids[SEQ // 2] = 3
+        token_type_ids = (torch.arange(SEQ) > SEQ // 2).long()
+        items.append({"input_ids": ids, "token_type_ids": token_type_ids,
+                      "attention_mask": torch.ones(SEQ, dtype=torch.long),
+                      "nsp_labels": torch.randint(0, 2, (), generator=generator)})
+    return items
+
+
+def masking_collate(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Stack, then mask ~25% of the non-special tokens with torch's global RNG (as a real MLM collator does)."""
+    batch = stack(items)
+    ids = batch["input_ids"]
+    chosen = (torch.rand(ids.shape) < 0.25) & (ids >= 5)
+    chosen[:, 1] = True  # at least one prediction per row
+    batch["mlm_labels"] = torch.where(chosen, ids, torch.full_like(ids, -100))
+    batch["input_ids"] = torch.where(chosen, torch.full_like(ids, MASK_ID), ids)
+    return batch
+
+
+DDP_SETTINGS = dict(max_steps=6, lr=1e-3, warmup_steps=2, log_every=1, eval_every=3, progress=False)
+
+
+def main(out_path: str) -> None:
+    """Train with batch 2 x 2 accumulation steps per process, stopping at step 3 and resuming with a new
+    Trainer (other init, other RNG state: the checkpoint must win); rank 0 saves history and weights."""
+    torch.set_num_threads(1)
+    cfg = TrainingConfig(batch_size=2, accumulation_steps=2, out_dir=Path(out_path).parent / "ddp-run",
+                         **DDP_SETTINGS)
+    data, held_out = classification_data(32), classification_data(9, seed=1)
+    first = Trainer(classifier(), cfg, data, stack, eval_dataset=held_out)
+    assert first.world_size == 2, f"expected 2 processes, got {first.world_size}"
+    first.train(stop_at=3)
+    torch.manual_seed(1234)
+    resumed = Trainer(classifier(seed=99), cfg, data, stack, eval_dataset=held_out)
+    history = resumed.train()
+    if resumed.is_main:
+        torch.save({"records": history.records, "weights": resumed.model.state_dict()}, out_path)
+    first.close()
+
+if __name__ == "__main__":
+    main(sys.argv[1])

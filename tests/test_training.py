@@ -1,0 +1,369 @@
+"""bertlib.training: parameter groups, schedules, the loop, accumulation, exact resuming, atomic checkpoints, DDP."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from ddp_worker import (
+    DDP_SETTINGS,
+    classification_data,
+    classifier,
+    masking_collate,
+    pretrainer,
+    pretraining_data,
+    stack,
+)
+from torch import nn
+
+from bertlib.training import (
+    History,
+    Trainer,
+    TrainingConfig,
+    latest_checkpoint,
+    linear_warmup_decay,
+    load_checkpoint,
+    noam_schedule,
+    param_groups,
+    pretraining_metrics,
+    resolve_precision,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """One intra-op thread: for models this tiny, thread handoffs cost more than they save (and cores are shared)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def quiet(**kwargs) -> TrainingConfig:
+    """A TrainingConfig with one record per step and no progress bar."""
+    return TrainingConfig(**{"log_every": 1, "progress": False, **kwargs})
+
+
+def losses(history: History, key: str = "loss") -> list[float]:
+    """The per-step values of `key` in a history."""
+    return [r[key] for r in history.records if key in r]
+
+
+def assert_same_weights(a: nn.Module, b: nn.Module, atol: float = 0.0) -> None:
+    """Every tensor of the two state dicts equal (bit for bit when atol is 0)."""
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    for name in sa:
+        if atol == 0:
+            assert torch.equal(sa[name], sb[name]), name
+        else:
+            torch.testing.assert_close(sa[name], sb[name], atol=atol, rtol=0, msg=name)
+
+
+# -- optimizer groups and schedules ------------------------------------------------------------------------
+
+
+def test_param_groups_exclude_biases_and_layernorm_weights():
+    model = pretrainer()
+    groups = param_groups(model, weight_decay=0.01)
+    decay = {id(p) for p in groups[0]["params"]}
+    no_decay = {id(p) for p in groups[1]["params"]}
+    assert groups[0]["weight_decay"] == 0.01 and groups[1]["weight_decay"] == 0.0
+    assert not decay & no_decay
+    trainable = {id(p) for p in model.parameters() if p.requires_grad}
+    assert decay | no_decay == trainable
+    assert sum(len(g["params"]) for g in groups) == len(trainable)  # no parameter twice
+    names = {id(p): n for n, p in model.named_parameters()}
+    for pid in no_decay:
+        assert names[pid].endswith("bias") or "norm" in names[pid], names[pid]
+    for pid in decay:
+        assert names[pid].endswith("weight") and "norm" not in names[pid], names[pid]
+    assert id(model.bert.embeddings.token.weight) in decay  # the tied MLM decoder matrix, once
+    assert id(model.mlm.bias) in no_decay
+
+
+def test_param_groups_skip_frozen_parameters():
+    model = pretrainer()
+    model.bert.embeddings.position.weight.requires_grad_(False)
+    ids = {id(p) for g in param_groups(model, 0.1) for p in g["params"]}
+    assert id(model.bert.embeddings.position.weight) not in ids
+
+
+def test_linear_warmup_decay_values_and_shape():
+    warmup, total = 10, 50
+    values = [linear_warmup_decay(s, warmup, total) for s in range(total + 1)]
+    assert values[0] == 0.0
+    assert values[warmup] == 1.0
+    assert values[total] == 0.0
+    assert values[5] == pytest.approx(0.5)
+    assert values[30] == pytest.approx(0.5)
+    rising, falling = values[: warmup + 1], values[warmup:]
+    assert all(a < b for a, b in zip(rising, rising[1:], strict=False))
+    assert all(a > b for a, b in zip(falling, falling[1:], strict=False))
+    assert linear_warmup_decay(0, 0, total) == 1.0  # no warmup: start at the peak
+    assert linear_warmup_decay(total + 5, warmup, total) == 0.0
+
+
+def test_noam_schedule_formula():
+    d_model, warmup = 128, 100
+    peak = noam_schedule(warmup, d_model, warmup)
+    assert peak == pytest.approx(1 / math.sqrt(d_model * warmup))
+    assert noam_schedule(50, d_model, warmup) == pytest.approx(peak / 2)  # linear rise
+    assert noam_schedule(400, d_model, warmup) == pytest.approx(peak / 2)  # 1/sqrt(step) decay
+    assert noam_schedule(37, d_model, warmup, factor=2.0) == pytest.approx(2 * 37 * d_model**-0.5 * warmup**-1.5)
+    with pytest.raises(ValueError, match="from 1"):
+        noam_schedule(0, d_model, warmup)
+
+
+def test_trainer_follows_the_schedule():
+    cfg = quiet(max_steps=6, batch_size=4, lr=1e-3, warmup_steps=2)
+    history = Trainer(classifier(), cfg, classification_data(16), stack).train()
+    expected = [1e-3 * linear_warmup_decay(s, 2, 6) for s in range(6)]
+    assert losses(history, "lr") == pytest.approx(expected)
+
+
+def test_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="max_steps"):
+        TrainingConfig(max_steps=0)
+    with pytest.raises(ValueError, match="precision"):
+        TrainingConfig(max_steps=1, precision="fp8")
+    with pytest.raises(ValueError, match="warmup_steps"):
+        TrainingConfig(max_steps=5, warmup_steps=6)
+    assert TrainingConfig(max_steps=200, warmup_ratio=0.1).warmup == 20
+
+
+# -- the loop -----------------------------------------------------------------------------------------------
+
+
+def test_loss_goes_down_and_history_has_the_numbers():
+    data = classification_data(8)
+    cfg = TrainingConfig(max_steps=30, batch_size=8, lr=2e-3, warmup_steps=3, log_every=5, eval_every=10)
+
+    def accuracy(batch, output):
+        return {"accuracy": (output.logits.argmax(-1) == batch["labels"]).float().mean().item()}
+
+    trainer = Trainer(classifier(), cfg, data, stack, eval_dataset=data, metrics_fn=accuracy)
+    history = trainer.train()
+    train_loss = losses(history)
+    assert len(train_loss) == 6  # 30 steps, one record per 5
+    assert train_loss[-1] < 0.5 * train_loss[0]
+    assert history.last("eval_accuracy") == 1.0
+    assert [r["step"] for r in history.records if "eval_loss" in r] == [10, 20, 30]
+    for key in ("epoch", "lr", "grad_norm", "tokens_per_s", "accuracy"):
+        assert key in history.records[-1]
+    assert history.records[-1]["epoch"] == 30.0  # one batch per epoch
+    assert trainer.evaluate() == pytest.approx({k[5:]: v for k, v in history.records[-1].items()
+                                                if k.startswith("eval_")})
+    frame = history.frame()
+    assert list(frame.index) == [5, 10, 15, 20, 25, 30]
+    fig = history.plot(["loss", "accuracy", "lr"])
+    assert len(fig.axes) == 3
+    assert {line.get_label() for line in fig.axes[0].lines} == {"loss", "eval_loss"}
+
+
+def test_pretraining_losses_and_metrics_are_logged():
+    cfg = quiet(max_steps=2, batch_size=4)
+    history = Trainer(pretrainer(), cfg, pretraining_data(8), masking_collate,
+                      eval_dataset=pretraining_data(6, seed=1), metrics_fn=pretraining_metrics).train()
+    record = history.records[-1]
+    for key in ("loss", "mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy", "eval_mlm_accuracy"):
+        assert math.isfinite(record[key]), key
+    assert record["loss"] == pytest.approx(record["mlm_loss"] + record["nsp_loss"])
+
+
+def test_pretraining_metrics_dense_and_sparse_agree():
+    model = pretrainer(dropout=False).eval()
+    torch.manual_seed(3)
+    batch = masking_collate(pretraining_data(4))
+    with torch.no_grad():
+        sparse = model(**batch)
+        dense = model(**batch, sparse_mlm=False)
+    assert pretraining_metrics(batch, sparse) == pytest.approx(pretraining_metrics(batch, dense))
+
+
+def test_gradient_accumulation_equals_one_big_batch():
+    data = classification_data(16)
+    big, small = classifier(), classifier()
+    settings = dict(max_steps=2, lr=1e-3, warmup_steps=0)
+    big_history = Trainer(big, quiet(batch_size=8, **settings), data, stack).train()
+    small_history = Trainer(small, quiet(batch_size=4, accumulation_steps=2, **settings), data, stack).train()
+    assert losses(small_history) == pytest.approx(losses(big_history), abs=1e-6)
+    assert losses(small_history, "grad_norm") == pytest.approx(losses(big_history, "grad_norm"), rel=1e-5)
+    assert_same_weights(small, big, atol=1e-6)
+    assert not torch.equal(big.classifier.weight, classifier().classifier.weight)  # it did train
+
+
+def test_evaluation_does_not_shift_the_training_rng():
+    data, held_out = pretraining_data(12), pretraining_data(6, seed=1)
+    plain = Trainer(pretrainer(), quiet(max_steps=4, batch_size=4), data, masking_collate).train()
+    with_eval = Trainer(pretrainer(), quiet(max_steps=4, batch_size=4, eval_every=1), data, masking_collate,
+                        eval_dataset=held_out).train()
+    assert losses(with_eval) == losses(plain)
+    eval_losses = losses(with_eval, "eval_loss")
+    assert len(eval_losses) == 4 and len(set(eval_losses)) == 4  # the model changes, the masks do not
+
+
+# -- checkpoints and resuming ---------------------------------------------------------------------------------
+
+
+def run_interrupted(out_dir: Path, how: str, cfg: TrainingConfig, data) -> tuple[History, nn.Module]:
+    """Train to step 3 (stop_at) or crash in step 6 (after the step-4 checkpoint), then resume to the end."""
+    if how == "stop":
+        first = Trainer(pretrainer(), cfg, data, masking_collate)
+        first.train(stop_at=3)
+        assert latest_checkpoint(out_dir).name == "checkpoint-3.pt"
+    else:
+        calls = {"n": 0}
+
+        def crashing_collate(items):
+            calls["n"] += 1
+            if calls["n"] == 6:
+                raise RuntimeError("simulated crash")
+            return masking_collate(items)
+
+        with pytest.raises(RuntimeError, match="simulated crash"):
+            Trainer(pretrainer(), cfg, data, crashing_collate).train()
+        assert latest_checkpoint(out_dir).name == "checkpoint-4.pt"
+    torch.manual_seed(1234)  # whatever the RNG is now, the checkpoint's states must win
+    resumed = Trainer(pretrainer(seed=99), cfg, data, masking_collate)  # other init: the checkpoint must win
+    history = resumed.train()
+    return history, resumed.model
+
+
+@pytest.mark.parametrize("how", ["stop", "crash"])
+def test_resume_reproduces_the_uninterrupted_run(tmp_path, how):
+    data = pretraining_data(10)  # 2 batches of 4 per epoch (2 dropped): resuming lands mid-epoch
+    settings = dict(max_steps=6, batch_size=4, lr=1e-3, warmup_steps=2, checkpoint_every=2)
+    whole = Trainer(pretrainer(), quiet(**settings), data, masking_collate)
+    expected = whole.train()
+    history, model = run_interrupted(tmp_path, how, quiet(out_dir=tmp_path, **settings), data)
+    for key in ("loss", "mlm_loss", "nsp_loss", "lr", "grad_norm", "epoch"):
+        assert losses(history, key) == losses(expected, key), key
+    assert len(losses(history)) == 6
+    assert_same_weights(model, whole.model)
+    state = load_checkpoint(latest_checkpoint(tmp_path))
+    assert state["step"] == 6
+    final_state = whole.optimizer.state_dict()["state"]
+    for a, b in zip(state["optimizer"]["state"].values(), final_state.values(), strict=True):
+        assert torch.equal(a["exp_avg_sq"], b["exp_avg_sq"])
+
+
+def test_resume_refuses_a_different_data_order(tmp_path):
+    data = classification_data(8)
+    Trainer(classifier(), quiet(max_steps=2, batch_size=4, out_dir=tmp_path), data, stack).train(stop_at=1)
+    with pytest.raises(ValueError, match="batch_size=4"):
+        Trainer(classifier(), quiet(max_steps=2, batch_size=2, out_dir=tmp_path), data, stack).train()
+
+
+def test_checkpoints_are_atomic_pruned_and_weights_only(tmp_path, monkeypatch):
+    data = classification_data(8)
+    cfg = quiet(max_steps=4, batch_size=4, checkpoint_every=1, keep_checkpoints=2, out_dir=tmp_path)
+    trainer = Trainer(classifier(), cfg, data, stack)
+    trainer.train(stop_at=3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-2.pt", "checkpoint-3.pt"]
+
+    real_save = torch.save
+
+    def failing_save(obj, handle, *args, **kwargs):
+        real_save({"partial": torch.zeros(1000)}, handle)  # some bytes reach the file, then the disk "fails"
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", failing_save)
+    with pytest.raises(OSError, match="disk full"):
+        trainer.train()
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-2.pt", "checkpoint-3.pt"]  # no temp left
+
+    state = torch.load(tmp_path / "checkpoint-3.pt", weights_only=True)
+    assert state["step"] == 3
+    assert state["model_class"] == "BertForSequenceClassification"
+    assert state["model_config"]["vocab_size"] == 100
+    model = classifier(seed=5)
+    model.load_state_dict(state["model"])
+    assert set(state["rng"][0]) == {"python", "numpy", "torch", "cuda"}
+    assert [r["step"] for r in state["history"]] == [1, 2, 3]
+
+
+def test_load_checkpoint_rejects_other_files(tmp_path):
+    torch.save({"weights": torch.ones(2)}, tmp_path / "other.pt")
+    with pytest.raises(ValueError, match="not a bertlib.training checkpoint"):
+        load_checkpoint(tmp_path / "other.pt")
+    with pytest.raises(FileNotFoundError):
+        load_checkpoint(tmp_path / "missing.pt")
+
+
+# -- precision and bad input --------------------------------------------------------------------------------
+
+
+def test_precision_selection(monkeypatch):
+    assert resolve_precision("auto", "cpu") == "fp32"
+    assert resolve_precision("bf16", "cpu") == "bf16"
+    with pytest.raises(ValueError, match="CUDA"):
+        resolve_precision("fp16", "cpu")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert resolve_precision("auto", "cuda") == "bf16"
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert resolve_precision("auto", "cuda") == "fp16"
+
+
+def test_auto_precision_on_cpu_is_fp32_and_bf16_runs():
+    data = classification_data(8)
+    auto = Trainer(classifier(), quiet(max_steps=1, batch_size=4), data, stack)
+    assert auto.precision == "fp32" and auto.scaler is None
+    bf16 = Trainer(classifier(), quiet(max_steps=3, batch_size=4, precision="bf16"), data, stack)
+    history = bf16.train()
+    assert bf16.precision == "bf16"
+    assert all(math.isfinite(v) for v in losses(history))
+    fp32_loss = Trainer(classifier(), quiet(max_steps=1, batch_size=4), data, stack).train().records[0]["loss"]
+    assert history.records[0]["loss"] != fp32_loss  # autocast really ran in bfloat16
+    assert history.records[0]["loss"] == pytest.approx(fp32_loss, abs=0.05)
+
+
+def test_clear_errors_on_bad_input():
+    data = classification_data(8)
+    with pytest.raises(ValueError, match="fewer than one batch"):
+        Trainer(classifier(), quiet(max_steps=1, batch_size=16), data, stack)
+    with pytest.raises(TypeError, match="dict of tensors"):
+        Trainer(classifier(), quiet(max_steps=1, batch_size=4), data, lambda items: list(items)).train()
+    unlabelled = [{k: v for k, v in item.items() if k != "labels"} for item in data]
+    with pytest.raises(ValueError, match="without a loss"):
+        Trainer(classifier(), quiet(max_steps=1, batch_size=4), unlabelled, stack).train()
+    with pytest.raises(ValueError, match="eval_dataset"):
+        Trainer(classifier(), quiet(max_steps=1, batch_size=4), data, stack).evaluate()
+    with pytest.raises(ValueError, match="no eval_dataset"):
+        Trainer(classifier(), quiet(max_steps=1, batch_size=4, eval_every=1), data, stack)
+
+
+# -- distributed -----------------------------------------------------------------------------------------------
+
+
+def test_ddp_two_processes_match_one_and_resume(tmp_path):
+    out = tmp_path / "ddp.pt"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+               str(REPO / "tests" / "ddp_worker.py"), str(out)]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    ddp = torch.load(out, weights_only=True)
+
+    single = Trainer(classifier(), quiet(batch_size=8, **{**DDP_SETTINGS, "log_every": 1}),
+                     classification_data(32), stack, eval_dataset=classification_data(9, seed=1))
+    history = single.train()
+    for key in ("loss", "grad_norm", "eval_loss"):
+        expected = [r[key] for r in history.records if key in r]
+        assert [r[key] for r in ddp["records"] if key in r] == pytest.approx(expected, abs=1e-6), key
+    assert len(ddp["records"]) == 6
+    for name, tensor in single.model.state_dict().items():
+        torch.testing.assert_close(ddp["weights"][name], tensor, atol=1e-6, rtol=0, msg=name)
+
+    assert sorted(p.name for p in (tmp_path / "ddp-run").iterdir()) == ["checkpoint-3.pt", "checkpoint-6.pt"]
+    state = load_checkpoint(tmp_path / "ddp-run" / "checkpoint-6.pt")
+    assert state["world_size"] == 2 and len(state["rng"]) == 2
+    assert not torch.equal(state["rng"][0]["torch"], state["rng"][1]["torch"])  # each rank's own stream

@@ -10,3 +10,5 @@ fi
 extras=""
 [ "${1:-}" = "--dev" ] && extras="[dev]"
 "$python" -m pip install --quiet -e ".${extras}"
+# d2l (cross-checks in notebooks 04-05) pins numpy==1.23.5 and friends: install it without its pins.
+"$python" -m pip install --quiet --no-deps "d2l==1.0.3"

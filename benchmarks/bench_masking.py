@@ -26,7 +26,6 @@ sparse / dense.
 from __future__ import annotations
 
 import argparse
-import csv
 import platform
 import random
 import statistics
@@ -40,6 +39,8 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from real_comments import read_real_comments  # noqa: E402  (benchmarks/real_comments.py)
+
 from bertlib import BertConfig, BertForPreTraining  # noqa: E402
 from bertlib.data import load_corpus  # noqa: E402
 from bertlib.pretraining import (  # noqa: E402
@@ -51,15 +52,12 @@ from bertlib.pretraining import (  # noqa: E402
 )
 from bertlib.wordpiece import WordPieceTokenizer  # noqa: E402
 
-REAL_COMMENTS = REPO.parent / "shared" / "data" / "jigsaw_binary_dev.csv"
-
 
 def load_texts() -> tuple[list[str], str]:
     """The texts to mask and a line saying which data they are."""
-    if REAL_COMMENTS.is_file():
-        with REAL_COMMENTS.open(newline="", encoding="utf-8") as file:
-            texts = [row["comment_text"] for row in csv.DictReader(file)]
-        return texts, f"{len(texts):,} real Jigsaw comments (../shared/data/{REAL_COMMENTS.name})"
+    real = read_real_comments()
+    if real is not None:
+        return real
     corpus = load_corpus()
     return corpus.texts, f"{len(corpus)} documents of the course corpus (data/corpus, no Jigsaw file found)"
 

@@ -17,7 +17,6 @@ The last line is the ratio bertlib (cold) / BertTokenizerFast.
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import shutil
 import sys
@@ -28,17 +27,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bertlib.wordpiece import WordPieceTokenizer  # noqa: E402
+from real_comments import read_real_comments  # noqa: E402  (benchmarks/real_comments.py)
 
-REAL_COMMENTS = REPO.parent / "shared" / "data" / "jigsaw_binary_dev.csv"
+from bertlib.wordpiece import WordPieceTokenizer  # noqa: E402
 
 
 def load_texts() -> tuple[list[str], str]:
     """The texts to encode and a line saying which data they are."""
-    if REAL_COMMENTS.is_file():
-        with REAL_COMMENTS.open(newline="", encoding="utf-8") as file:
-            texts = [row["comment_text"] for row in csv.DictReader(file)]
-        return texts, f"{len(texts):,} real Jigsaw comments (../shared/data/{REAL_COMMENTS.name})"
+    real = read_real_comments()
+    if real is not None:
+        return real
     from bertlib import data
 
     comments = data.load_comments().texts

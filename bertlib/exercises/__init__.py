@@ -1,0 +1,234 @@
+"""The course's exercises: a registry, and checkers that test a learner's code the moment it runs.
+
+`check("04.attention", my_attention)` runs the learner's function against bertlib's reference on
+seeded random cases, edge cases (padding, a fully padded row, length 1, float16, unicode) and the
+inputs that expose the classic mistakes, and returns a `Result`: `.passed`, `.message`. A failure
+names the first failing case, what was expected against what came back (shape, dtype, the first
+differing position and values) and, where the wrong answer matches a catalogued mistake, that
+mistake by name. In a notebook `check` never raises; `strict=True` raises AssertionError instead
+(the solutions and the tests use it). `list()` shows every exercise with the signature it expects.
+
+Each notebook's checkers live in their own module (`nb03` for notebook 03 ...), found and imported
+the first time the registry is read. The tools a checker needs are here: `Fail`, `expect_close`,
+`expect_equal`, `diagnose`.
+
+Leaves out: grading, scores, hidden tests. A check is feedback for the learner, nothing more.
+"""
+
+from __future__ import annotations
+
+import builtins
+import html
+import importlib
+import pkgutil
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+Checker = Callable[[Any, np.random.Generator], None]
+
+
+class Fail(Exception):  # noqa: N818 (a verdict, not an error of the library)
+    """Raised by a checker: `case` says which input failed, `detail` what differed, `hint` the likely mistake."""
+
+    def __init__(self, case: str, detail: str, hint: str = ""):
+        super().__init__(f"{case}: {detail}")
+        self.case, self.detail, self.hint = case, detail, hint
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One exercise: its id ("03.sinusoidal"), title, the signature the learner writes, and its checker."""
+
+    id: str
+    title: str
+    signature: str
+    checker: Checker = field(repr=False)
+
+    @property
+    def notebook(self) -> str:
+        return self.id.split(".", 1)[0]
+
+
+@dataclass(frozen=True)
+class Result:
+    """The verdict of one check; a notebook shows it as a short coloured line or two."""
+
+    exercise_id: str
+    passed: bool
+    message: str
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __repr__(self) -> str:
+        return self.message
+
+    def _repr_html_(self) -> str:
+        colour = "#1a7f37" if self.passed else "#b3261e"
+        return f'<pre style="color:{colour}; white-space:pre-wrap">{html.escape(self.message)}</pre>'
+
+
+_REGISTRY: dict[str, Exercise] = {}
+_LOADED = False
+
+
+def exercise(exercise_id: str, title: str, signature: str) -> Callable[[Checker], Checker]:
+    """Decorator that registers `checker(solution, rng)` as the checker of `exercise_id`."""
+
+    def register(checker: Checker) -> Checker:
+        if exercise_id in _REGISTRY:
+            raise ValueError(f"exercise {exercise_id!r} is registered twice")
+        _REGISTRY[exercise_id] = Exercise(exercise_id, title, signature, checker)
+        return checker
+
+    return register
+
+
+def _load_all() -> dict[str, Exercise]:
+    """Import every notebook's checker module once (nb00, nb01, ...), so that the registry is complete."""
+    global _LOADED
+    if not _LOADED:
+        for module in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+            if module.name.startswith("nb"):
+                importlib.import_module(f"{__name__}.{module.name}")
+        _LOADED = True
+    return _REGISTRY
+
+
+def get(exercise_id: str) -> Exercise:
+    """The exercise with this id; a KeyError lists the ids there are."""
+    registry = _load_all()
+    if exercise_id not in registry:
+        known = ", ".join(sorted(registry))
+        raise KeyError(f"no exercise {exercise_id!r}; the exercises are: {known}")
+    return registry[exercise_id]
+
+
+def list(notebook: str | None = None) -> builtins.list[Exercise]:  # noqa: A001 (the issue's name for it)
+    """Print and return the exercises (of one notebook, e.g. "04", or all) with the signature each expects."""
+    chosen = [ex for ex in _load_all().values() if notebook is None or ex.notebook == notebook.zfill(2)]
+    chosen.sort(key=lambda ex: ex.id)
+    for ex in chosen:
+        print(f"{ex.id:<24} {ex.title}\n{'':<24} {ex.signature}")
+    return chosen
+
+
+def check(exercise_id: str, solution: Any, *, strict: bool = False, seed: int = 0) -> Result:
+    """Check the learner's `solution` for `exercise_id` on seeded cases; raise AssertionError only if strict."""
+    ex = get(exercise_id)
+    rng = np.random.default_rng(seed)
+    torch_state = torch.random.get_rng_state()
+    try:
+        ex.checker(solution, rng)
+        result = Result(exercise_id, True, f"✓ {exercise_id} passed: {ex.title}.")
+    except Fail as failure:
+        lines = [f"✗ {exercise_id} failed on {failure.case}", f"  {failure.detail}"]
+        if failure.hint:
+            lines.append(f"  hint: {failure.hint}")
+        result = Result(exercise_id, False, "\n".join(lines))
+    except NotImplementedError:
+        result = Result(exercise_id, False, f"… {exercise_id} not attempted yet: replace `raise NotImplementedError` "
+                                            "(or `...`) with your code, then run this cell again.")
+    except Exception as error:  # the learner's code raised: say where, never raise in a notebook
+        where = traceback.extract_tb(error.__traceback__)[-1]
+        result = Result(exercise_id, False, f"✗ {exercise_id}: your code raised {type(error).__name__}: {error}\n"
+                                            f"  at line {where.lineno} of {where.name}: {where.line}")
+    finally:
+        torch.random.set_rng_state(torch_state)  # a check leaves the notebook's random stream as it was
+    if strict and not result.passed:
+        raise AssertionError(result.message)
+    return result
+
+
+def call(solution: Callable, *args: Any, **kwargs: Any) -> Any:
+    """Call the learner's function; `...` as a body returns None, which counts as not attempted."""
+    out = solution(*args, **kwargs)
+    if out is None:
+        raise NotImplementedError
+    return out
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"Tensor shape {tuple(value.shape)} dtype {value.dtype}"
+    if isinstance(value, np.ndarray):
+        return f"ndarray shape {value.shape} dtype {value.dtype}"
+    return f"{type(value).__name__} {value!r}"[:200]
+
+
+def expect_close(case: str, expected: torch.Tensor | np.ndarray, got: Any, *, atol: float = 1e-5,
+                 rtol: float = 1e-4, hint: str = "", check_dtype: bool = False) -> None:
+    """Fail unless `got` is a tensor/array of `expected`'s shape with values within atol + rtol*|expected|."""
+    expected_t = torch.as_tensor(np.asarray(expected)) if isinstance(expected, np.ndarray) else expected
+    if isinstance(got, np.ndarray):
+        got = torch.from_numpy(got)
+    if not isinstance(got, torch.Tensor):
+        raise Fail(case, f"expected a Tensor of shape {tuple(expected_t.shape)}, got {_describe(got)}", hint)
+    if tuple(got.shape) != tuple(expected_t.shape):
+        raise Fail(case, f"expected shape {tuple(expected_t.shape)}, got shape {tuple(got.shape)}", hint)
+    if check_dtype and got.dtype != expected_t.dtype:
+        raise Fail(case, f"expected dtype {expected_t.dtype}, got dtype {got.dtype}", hint)
+    got64, expected64 = got.detach().double().cpu(), expected_t.detach().double().cpu()
+    if not torch.isfinite(got64).all() and torch.isfinite(expected64).all():
+        position = tuple(torch.nonzero(~torch.isfinite(got64))[0].tolist())
+        raise Fail(case, f"non-finite value {got64[position].item()} at position {position}", hint)
+    bad = ~torch.isclose(got64, expected64, atol=atol, rtol=rtol)
+    if bad.any():
+        position = tuple(torch.nonzero(bad)[0].tolist())
+        raise Fail(case, f"{int(bad.sum())} of {bad.numel()} values differ; first at position {position}: "
+                         f"expected {expected64[position].item():.6g}, got {got64[position].item():.6g}", hint)
+
+
+def expect_equal(case: str, expected: Any, got: Any, hint: str = "") -> None:
+    """Fail unless `got == expected` (tensors and arrays compared element by element, with a position)."""
+    if isinstance(expected, torch.Tensor | np.ndarray):
+        expected_t = torch.as_tensor(expected)
+        got_t = torch.as_tensor(got) if isinstance(got, torch.Tensor | np.ndarray) else None
+        if got_t is None:
+            raise Fail(case, f"expected a tensor of shape {tuple(expected_t.shape)}, got {_describe(got)}", hint)
+        if tuple(got_t.shape) != tuple(expected_t.shape):
+            raise Fail(case, f"expected shape {tuple(expected_t.shape)}, got shape {tuple(got_t.shape)}", hint)
+        bad = got_t.cpu() != expected_t.cpu()
+        if bad.any():
+            position = tuple(torch.nonzero(bad)[0].tolist())
+            raise Fail(case, f"{int(bad.sum())} of {bad.numel()} values differ; first at position {position}: "
+                             f"expected {expected_t[position].item()!r}, got {got_t[position].item()!r}", hint)
+    elif got != expected:
+        raise Fail(case, f"expected {expected!r}, got {got!r}"[:600], hint)
+
+
+def diagnose(got: Any, mistakes: Iterable[tuple[str, Callable[[], Any]]], *, atol: float = 1e-4) -> str:
+    """The description of the first catalogued mistake whose output `got` reproduces, or ''.
+
+    `mistakes` pairs a hint ("you divided by d instead of sqrt(d)") with a thunk computing what that
+    mistake returns on the same input; a checker calls this when a case fails to name the likely cause.
+    """
+    for hint, wrong in mistakes:
+        try:
+            wrong_out = wrong()
+        except Exception:  # a mistake that cannot even run on this input cannot be the learner's
+            continue
+        if _same(got, wrong_out, atol):
+            return hint
+    return ""
+
+
+def _same(a: Any, b: Any, atol: float) -> bool:
+    if isinstance(a, tuple | builtins.list) and isinstance(b, tuple | builtins.list):
+        return len(a) == len(b) and all(_same(x, y, atol) for x, y in zip(a, b, strict=True))
+    if isinstance(a, torch.Tensor | np.ndarray) and isinstance(b, torch.Tensor | np.ndarray):
+        a_t, b_t = torch.as_tensor(a).double().cpu(), torch.as_tensor(b).double().cpu()
+        return a_t.shape == b_t.shape and bool(torch.allclose(a_t, b_t, atol=atol, rtol=1e-3, equal_nan=True))
+    try:
+        return bool(a == b)
+    except Exception:
+        return False
+
+
+__all__ = ["Exercise", "Fail", "Result", "call", "check", "diagnose", "exercise", "expect_close", "expect_equal",
+           "get", "list"]

@@ -6,7 +6,7 @@ Jigsaw comments) when that folder is there, else from the course's sample data/t
 vocab.txt) and truncated to 256 tokens. A pool of `bucket_batches * batch_size` of them, drawn at random,
 is cut into batches three ways:
 
-    grouped + dynamic   bertlib.classification.length_grouped_batches, each batch padded to its longest
+    grouped + dynamic   bertlib.sampling.length_grouped_batches, each batch padded to its longest
     random + dynamic    random batches, each padded to its longest (padding alone, no grouping)
     random + fixed 256  random batches, every one padded to 256 (the static-shape baseline)
 
@@ -38,8 +38,10 @@ import pandas as pd
 import torch
 
 from bertlib import BertConfig, BertForSequenceClassification, hf
-from bertlib.classification import PadCollator, encode_texts, length_grouped_batches, load_tokenizer
+from bertlib.batching import PadCollator
 from bertlib.course import REPO_ROOT, data_dir
+from bertlib.fast_tokenizer import encode_texts, load_tokenizer
+from bertlib.sampling import length_grouped_batches
 
 SHARED_DEV = REPO_ROOT.parent / "shared" / "data" / "jigsaw_binary_dev.csv"
 

@@ -43,13 +43,8 @@ from real_comments import read_real_comments  # noqa: E402  (benchmarks/real_com
 
 from bertlib import BertConfig, BertForPreTraining  # noqa: E402
 from bertlib.data import load_corpus  # noqa: E402
-from bertlib.pretraining import (  # noqa: E402
-    MaskingCollator,
-    SpecialIds,
-    create_instances,
-    tokenize_sentences,
-    vocabulary,
-)
+from bertlib.mlm import MaskingCollator, SpecialIds, vocabulary  # noqa: E402
+from bertlib.nsp import create_instances, tokenize_sentences  # noqa: E402
 from bertlib.wordpiece import WordPieceTokenizer  # noqa: E402
 
 

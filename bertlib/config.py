@@ -2,7 +2,9 @@
 
 Presets follow the BERT paper (base, large: Devlin et al. 2019, table in section 3) and the compact
 models of Turc et al. 2019, "Well-Read Students Learn Better" (tiny, mini, small). `to_hf_dict` and
-`from_hf_dict` convert to and from a transformers config.json, so weights can move both ways.
+`from_hf_dict` convert to and from a transformers config.json, so weights can move both ways; the
+problem_type (single-label, multi-label, regression) travels with them, and a config.json without one
+gets transformers' choice (regression for one label, single-label classification otherwise).
 
 Leaves out: options transformers' BertConfig has that BERT itself does not use (decoder mode,
 cross-attention, relative position embeddings).
@@ -17,7 +19,8 @@ from typing import Any, Literal
 
 AttentionImpl = Literal["sdpa", "eager"]
 PositionKind = Literal["learned", "sinusoidal"]
-ProblemType = Literal["single_label_classification", "multi_label_classification"]
+ProblemType = Literal["single_label_classification", "multi_label_classification", "regression"]
+PROBLEM_TYPES = ("single_label_classification", "multi_label_classification", "regression")
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,15 @@ class BertConfig:
             raise ValueError(f"attn_implementation must be 'sdpa' or 'eager', not {self.attn_implementation!r}")
         if self.position_embedding not in ("learned", "sinusoidal"):
             raise ValueError(f"position_embedding must be 'learned' or 'sinusoidal', not {self.position_embedding!r}")
+        if self.problem_type not in PROBLEM_TYPES:
+            raise ValueError(f"problem_type must be one of {PROBLEM_TYPES}, not {self.problem_type!r}")
+        if self.num_labels < 1:
+            raise ValueError(f"num_labels must be >= 1, got {self.num_labels}")
+        if self.num_labels == 1 and self.problem_type == "single_label_classification":
+            raise ValueError("num_labels=1 with problem_type='single_label_classification' trains nothing "
+                             "(softmax cross-entropy over one logit is always 0): use num_labels=2 for two "
+                             "classes, problem_type='multi_label_classification' for one sigmoid output, or "
+                             "problem_type='regression' for a real-valued target (mean squared error)")
         if self.label_names and len(self.label_names) != self.num_labels:
             raise ValueError(f"{len(self.label_names)} label_names for num_labels={self.num_labels}")
 
@@ -151,11 +163,15 @@ class BertConfig:
             names = tuple(id2label[i] for i in range(len(id2label)))
             if names != tuple(f"LABEL_{i}" for i in range(len(names))):
                 values["label_names"] = names
-        if hf.get("problem_type") in ("single_label_classification", "multi_label_classification"):
+        if "num_labels" in hf and "id2label" not in hf:
+            values["num_labels"] = hf["num_labels"]
+        if hf.get("problem_type") is not None:
             values["problem_type"] = hf["problem_type"]
         values.update(overrides)
         if "num_labels" in overrides and "label_names" not in overrides:
             values.pop("label_names", None)
+        if "problem_type" not in values and values.get("num_labels") == 1:
+            values["problem_type"] = "regression"  # transformers' reading of one label without a problem_type
         return cls(**values)
 
     def save_json(self, path: str | Path) -> None:
@@ -164,5 +180,16 @@ class BertConfig:
 
     @classmethod
     def from_json(cls, path: str | Path, **overrides: Any) -> BertConfig:
-        """Read a transformers config.json."""
-        return cls.from_hf_dict(json.loads(Path(path).read_text()), **overrides)
+        """Read a transformers config.json; a damaged file or a missing size names the file."""
+        try:
+            hf = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise ValueError(f"{path}: not valid JSON ({error}); the file is damaged or not a config.json") from None
+        if not isinstance(hf, dict):
+            raise ValueError(f"{path}: expected a JSON object (a transformers config.json)")
+        try:
+            return cls.from_hf_dict(hf, **overrides)
+        except KeyError as error:
+            raise ValueError(f"{path}: no {error.args[0]!r}, which a BERT config.json must give") from None
+        except ValueError as error:
+            raise ValueError(f"{path}: {error}") from None

@@ -3,9 +3,11 @@
 Comments come in the schema of Kaggle's Toxic Comment Classification Challenge (Jigsaw / Conversation AI,
 2018): id, comment_text and six 0/1 labels. `load_comments` finds them (an explicit path, the Kaggle
 input folder, then the sample shipped in data/), checks every row and returns a DataFrame with a report.
-Anything wrong in the file (a missing or extra column, a label other than 0/1, an empty file, bytes that
-are not UTF-8) raises a `DataError` naming the file, the line in the file and the column. Empty comments
-are kept and listed in the report, never dropped.
+It is the one CSV reader of every command (fine-tuning and prediction, six-label, binary and unlabelled
+files): anything wrong in a file (a missing or extra column, a label other than 0/1, an empty file, bytes
+that are not UTF-8) raises a `DataError` naming the file, the line in the file and the column, and says
+what to do where there is something to do (a binary file read as six-label: --task binary). Empty
+comments are kept and listed in the report, never dropped.
 
 Documents for pretraining come from a folder of .txt files (one document per file, or documents
 separated by blank lines), the IMDB review folders (aclImdb, Maas et al. 2011) or one column of a CSV
@@ -14,7 +16,7 @@ file (e.g. the HTML `Writeup` column of the Kaggle solution write-ups). Every `D
 documents apart and a reader can find the source of any sentence.
 
 Leaves out: downloading (data/README.md says where the real datasets are), cleaning (bertlib.cleaning),
-splitting into sentences and tokenizing (bertlib.pretraining, bertlib.wordpiece). Imports no torch itself.
+splitting into sentences and tokenizing (bertlib.sentences, bertlib.nsp, bertlib.wordpiece). Imports no torch itself.
 """
 
 from __future__ import annotations
@@ -22,15 +24,15 @@ from __future__ import annotations
 import csv
 import io
 import re
+import sys
 import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pandas as pd
-
-from . import course
 
 LABELS = ("toxic", "severe_toxic", "obscene", "threat", "insult", "identity_hate")
 """The six labels of the Jigsaw toxic-comment data, in the competition's column order."""
@@ -42,6 +44,13 @@ KAGGLE_DIR = Path("/kaggle/input/jigsaw-toxic-comment-classification-challenge")
 SAMPLE_COMMENTS = "toxic_comments_sample.csv"
 SAMPLE_CORPUS = "corpus"
 _MAX_FIELD = 2**31 - 1  # csv's default limit (128 KiB per field) is too small for long HTML write-ups
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def sample_dir() -> Path:
+    """The sample data shipped with the course: data/ in the checkout, else the copy installed as package data."""
+    installed = _PACKAGE / "sample_data"
+    return installed if installed.is_dir() else _PACKAGE.parent / "data"
 
 
 class DataError(ValueError):
@@ -66,7 +75,7 @@ class DataError(ValueError):
 def _display(path: Path) -> str:
     """A path as shown in reports and errors: relative to the course checkout when inside it."""
     try:
-        return Path(path).resolve().relative_to(course.REPO_ROOT).as_posix()
+        return Path(path).resolve().relative_to(_PACKAGE.parent).as_posix()
     except ValueError:
         return str(path)
 
@@ -144,6 +153,9 @@ def _read_csv(raw: bytes, name: str) -> tuple[list[str], list[tuple[int, list[st
 # Toxic comments
 # ---------------------------------------------------------------------------------------------------------
 
+Task = Literal["multilabel", "binary", "text"]
+TASKS = ("multilabel", "binary", "text")
+
 
 def _listing(ids: list[str], lines: list[int], limit: int = 10) -> str:
     """'id (line n), ...' for the first `limit` entries."""
@@ -177,10 +189,11 @@ class LoadReport:
 
 @dataclass
 class CommentData:
-    """Comments in the Kaggle schema (`frame`: id, comment_text, six 0/1 int columns) and the load report."""
+    """Comments (`frame`: id, comment_text and the 0/1 int label columns the file has) and the load report."""
 
     frame: pd.DataFrame
     report: LoadReport
+    label_names: tuple[str, ...] = LABELS  # the label columns of `frame`, in order ("toxic" alone for binary files)
 
     def __len__(self) -> int:
         """The number of comments."""
@@ -197,8 +210,8 @@ class CommentData:
 
     @property
     def labels(self) -> np.ndarray:
-        """The labels as an (n, 6) int64 array in LABELS order."""
-        return self.frame[list(LABELS)].to_numpy(dtype=np.int64)
+        """The labels as an (n, labels) int64 array in `label_names` order."""
+        return self.frame[list(self.label_names)].to_numpy(dtype=np.int64)
 
 
 def find_comments(path: str | Path | None = None) -> Path:
@@ -213,73 +226,159 @@ def find_comments(path: str | Path | None = None) -> Path:
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such file")
         return path
-    candidates = [KAGGLE_DIR / "train.csv", KAGGLE_DIR / "train.csv.zip", course.data_dir() / SAMPLE_COMMENTS]
+    candidates = [KAGGLE_DIR / "train.csv", KAGGLE_DIR / "train.csv.zip", sample_dir() / SAMPLE_COMMENTS]
     for candidate in candidates:
         if candidate.is_file():
             return candidate
     raise FileNotFoundError("no comments found; looked for " + ", ".join(map(str, candidates)))
 
 
-def load_comments(path: str | Path | None = None, *, drop_duplicates: bool = False) -> CommentData:
-    """Read and check toxic comments in the Kaggle Jigsaw schema (see `find_comments` for where from).
-
-    A row identical to an earlier one (same id, text and labels; some public copies of the data have
-    them) is listed in the report and kept, or dropped with drop_duplicates=True. The same id with a
-    different text or labels is a DataError.
-    """
-    raw, name = _read_bytes(find_comments(path))
-    header, records = _read_csv(raw, name)
-    missing = [c for c in COLUMNS if c not in header]
-    extra = [c for c in header if c not in COLUMNS]
+def _label_columns(header: list[str], task: Task, name: str) -> tuple[str, ...]:
+    """The label columns a file of this task must have, checked against its header (what to do if not)."""
     repeated = sorted({c for c in header if header.count(c) > 1})
-    expected = f"expected the columns {', '.join(COLUMNS)}"
-    if missing:
-        raise DataError(name, f"missing column(s) {missing}; {expected}", line=1, column=missing[0])
-    if extra or repeated:
-        bad = extra or repeated
-        number = header.index(bad[0]) + 1
-        kind = "unexpected" if extra else "repeated"
-        raise DataError(name, f"{kind} column(s) {bad} (the first is column {number} of the header); {expected}",
-                        line=1, column=bad[0])
+    if repeated:
+        raise DataError(name, f"repeated column(s) {repeated}", line=1, column=repeated[0])
+    if "comment_text" not in header:
+        raise DataError(name, f"no comment_text column; the columns are {header}", line=1, column="comment_text")
+    present = [label for label in LABELS if label in header]
+    if task == "text":
+        return ()
+    if task == "multilabel":
+        missing = [c for c in COLUMNS if c not in header]
+        if present == ["toxic"]:
+            raise DataError(name, "a binary file (one 'toxic' label, not the six of the Kaggle schema): "
+                                  "run it with --task binary (task='binary')", line=1, column=missing[0])
+        if missing:
+            raise DataError(name, f"missing column(s) {missing}; expected the columns {', '.join(COLUMNS)} "
+                                  "(a file with only a 'toxic' label: --task binary)", line=1, column=missing[0])
+        labels = LABELS
+    elif present == list(LABELS) or present == ["toxic"]:
+        labels = tuple(present)
+    elif not present:
+        raise DataError(name, "a binary file needs a 'toxic' column of 0/1 labels (or the six Kaggle labels)",
+                        line=1, column="toxic")
+    else:
+        absent = [label for label in LABELS if label not in header]
+        raise DataError(name, f"some of the six labels but not {absent}: give all six (any of them = toxic) "
+                              "or only 'toxic'", line=1, column=absent[0])
+    extra = [c for c in header if c not in COLUMNS]
+    if extra:
+        raise DataError(name, f"unexpected column(s) {extra} (the first is column {header.index(extra[0]) + 1} "
+                              f"of the header); expected the columns {', '.join(COLUMNS)}", line=1, column=extra[0])
+    return labels
+
+
+def _comment_rows(name: str, header: list[str], records: list[tuple[int, list[str]]], labels: tuple[str, ...], *,
+                  text: bool = True, label_values: tuple[str, ...] = ("0", "1"),
+                  drop_duplicates: bool = False) -> CommentData:
+    """Check the records of a checked header row by row: ids, labels in `label_values`, repeats, empty comments."""
     if not records:
         raise DataError(name, "a header but no comments", line=1)
-    where = {c: header.index(c) for c in COLUMNS}
-    columns: dict[str, list] = {c: [] for c in COLUMNS}
+    kept = ("id", "comment_text", *labels) if text else ("id", *labels)
+    where = {c: header.index(c) for c in kept if c in header}
+    has_id = "id" in where
+    columns: dict[str, list] = {c: [] for c in kept}
     seen: dict[str, tuple[int, list[str]]] = {}  # id -> (line, fields) of its first row
     report = LoadReport(source=name, rows=0, duplicates_dropped=drop_duplicates)
+    allowed = " or ".join(label_values)
     for row, (line, fields) in enumerate(records, start=1):
         if len(fields) != len(header):
             raise DataError(name, f"{len(fields)} fields, expected {len(header)} (a quote not closed?)",
                             line=line, row=row)
-        comment_id = fields[where["id"]].strip()
+        comment_id = fields[where["id"]].strip() if has_id else str(row)
         if not comment_id:
             raise DataError(name, "empty id", line=line, row=row, column="id")
-        labels = [fields[where[label]].strip() for label in LABELS]
-        for label, value in zip(LABELS, labels, strict=True):
-            if value not in ("0", "1"):
-                raise DataError(name, f"label {value!r} is not 0 or 1", line=line, row=row, column=label)
-        text = fields[where["comment_text"]]
-        if comment_id in seen:
-            first, first_fields = seen[comment_id]
-            if [first_fields[where[c]].strip() if c in LABELS else first_fields[where[c]]
-                    for c in COLUMNS[1:]] != [text, *labels]:
+        values = {c: fields[where[c]] if c == "comment_text" else fields[where[c]].strip() for c in kept[1:]}
+        for label in labels:
+            if values[label] not in label_values:
+                raise DataError(name, f"label {values[label]!r} is not {allowed}", line=line, row=row, column=label)
+        if has_id and comment_id in seen:
+            first, first_values = seen[comment_id]
+            if first_values != values:
                 raise DataError(name, f"id {comment_id!r} is used on line {first} for a different comment "
                                       "or labels", line=line, row=row, column="id")
             report.duplicate_ids.append(comment_id)
             report.duplicate_lines.append(line)
             if drop_duplicates:
                 continue
-        seen.setdefault(comment_id, (line, fields))
-        if not text.strip():
+        seen.setdefault(comment_id, (line, values))
+        if text and not values["comment_text"].strip():
             report.empty_ids.append(comment_id)
             report.empty_lines.append(line)
         columns["id"].append(comment_id)
-        columns["comment_text"].append(text)
-        for label, value in zip(LABELS, labels, strict=True):
-            columns[label].append(int(value))
+        for column, value in values.items():
+            columns[column].append(int(value) if column in labels else value)
     report.rows = len(columns["id"])
-    frame = pd.DataFrame({c: pd.Series(v, dtype="int64" if c in LABELS else None) for c, v in columns.items()})
-    return CommentData(frame=frame, report=report)
+    frame = pd.DataFrame({c: pd.Series(v, dtype="int64" if c in labels else object) for c, v in columns.items()})
+    return CommentData(frame=frame, report=report, label_names=labels)
+
+
+def load_comments(path: str | Path | None = None, *, task: Task = "multilabel",
+                  drop_duplicates: bool = False) -> CommentData:
+    """Read and check a comments CSV (see `find_comments` for where from): the one reader of every command.
+
+    task="multilabel": the Kaggle Jigsaw schema, id, comment_text and the six 0/1 labels, nothing else.
+    task="binary": comment_text and either a 'toxic' column or the six labels (any of them = toxic);
+    id optional (rows are numbered from 1 without it). task="text": only comment_text is needed
+    (id optional, other columns ignored), for files to score. A row identical to an earlier one (same
+    id, text and labels; some public copies of the data have them) is listed in the report and kept,
+    or dropped with drop_duplicates=True. The same id with a different text or labels is a DataError.
+    """
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}, not {task!r}")
+    raw, name = _read_bytes(find_comments(path))
+    header, records = _read_csv(raw, name)
+    labels = _label_columns(header, task, name)
+    return _comment_rows(name, header, records, labels, drop_duplicates=drop_duplicates)
+
+
+def load_kaggle_test(path: str | Path) -> CommentData:
+    """Kaggle's test.csv joined with test_labels.csv (same folder) on id, without the rows labelled -1.
+
+    The competition scored only part of its test set; the rest is labelled -1 in every column.
+    """
+    path = Path(path)
+    candidates = [path.with_name(name) for name in ("test_labels.csv", "test_labels.csv.zip")]  # Kaggle ships .zip
+    labels_path = next((candidate for candidate in candidates if candidate.is_file()), None)
+    if labels_path is None:
+        raise FileNotFoundError(f"{candidates[0]} (or .zip) not found: the test labels sit next to {path.name}")
+    tables = []
+    for file, text in ((path, True), (labels_path, False)):
+        raw, name = _read_bytes(file)
+        header, records = _read_csv(raw, name)
+        wanted = ["id", "comment_text"] if text else ["id", *LABELS]
+        missing = [c for c in wanted if c not in header]
+        if missing:
+            raise DataError(name, f"missing column(s) {missing}; expected {', '.join(wanted)}", line=1,
+                            column=missing[0])
+        tables.append(_comment_rows(name, header, records, () if text else LABELS, text=text,
+                                    label_values=("-1", "0", "1")))
+    texts, scores = tables
+    frame = texts.frame.merge(scores.frame, on="id", how="inner", validate="one_to_one")
+    scored = (frame[list(LABELS)] != -1).all(axis=1)
+    print(f"{texts.report.source}: {len(frame)} comments, {int(scored.sum())} scored (labels not -1)")
+    kept = frame[scored].reset_index(drop=True)
+    return CommentData(frame=kept, report=LoadReport(source=texts.report.source, rows=len(kept)), label_names=LABELS)
+
+
+def load_comment_lines(path: str | Path) -> tuple[list[str], list[int], str]:
+    """A text file with one comment per line, or standard input for "-": (texts, line numbers, name shown).
+
+    Strict UTF-8 (a bad byte is a DataError naming the line). Blank lines are returned too, so the
+    caller can report them rather than drop them silently.
+    """
+    if str(path) == "-":
+        raw, name = sys.stdin.buffer.read(), "<stdin>"
+    else:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such file")
+        raw, name = path.read_bytes(), _display(path)
+    text = _decode(raw, name)
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline that ends the last line starts no comment
+    return lines, list(range(1, len(lines) + 1)), name
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -366,7 +465,7 @@ def load_corpus(path: str | Path | None = None, *, split: str = "file") -> Corpu
     """
     if split not in ("file", "blank_lines"):
         raise ValueError(f"split must be 'file' or 'blank_lines', not {split!r}")
-    root = Path(path) if path is not None else course.data_dir() / SAMPLE_CORPUS
+    root = Path(path) if path is not None else sample_dir() / SAMPLE_CORPUS
     if not root.exists():
         raise FileNotFoundError(f"{root}: no such file or folder")
     files = [root] if root.is_file() else sorted(root.rglob("*.txt"))

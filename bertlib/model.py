@@ -228,6 +228,8 @@ class BertForSequenceClassification(BertPreTrainedModel):
     problem_type 'single_label_classification': softmax cross-entropy, labels are class ids (batch,).
     problem_type 'multi_label_classification': one sigmoid per label with binary cross-entropy, labels
     are 0/1 floats (batch, num_labels); pos_weight (num_labels,) up-weights rare positive labels.
+    problem_type 'regression': mean squared error on the raw outputs, labels are real values (batch,
+    num_labels), or (batch,) with one label, as in transformers.
     """
 
     def __init__(self, config: BertConfig):
@@ -253,6 +255,9 @@ class BertForSequenceClassification(BertPreTrainedModel):
         if labels is not None:
             if self.config.problem_type == "multi_label_classification":
                 loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float(), pos_weight=pos_weight)
+            elif self.config.problem_type == "regression":
+                n = self.config.num_labels
+                loss = F.mse_loss(logits.float().reshape(-1, n), labels.float().reshape(-1, n))
             else:
                 loss = F.cross_entropy(logits.float(), labels.reshape(-1))
         return ClassifierOutput(logits=logits, loss=loss)

@@ -1,9 +1,9 @@
 """Tiny models and synthetic data for tests/test_training.py, and the script its DDP test runs under torchrun.
 
 `python -m torch.distributed.run --standalone --nproc_per_node=2 tests/ddp_worker.py OUT.pt` trains a tiny
-classifier with 2 processes (gloo on CPU), stopping half-way and resuming from the checkpoint, and rank 0
-saves the per-step history, the eval scores and the final weights to OUT.pt, for the test to compare with
-one uninterrupted process on the same global batches.
+classifier with 2 processes (gloo on CPU) for 1.5 epochs, stopping half-way and resuming from the checkpoint,
+then a tiny BertForPreTraining on pairs with uneven mask counts; rank 0 saves the per-step histories, the
+eval scores and the final weights to OUT.pt, for the test to compare with one process on the same batches.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from pathlib import Path
 import torch
 
 from bertlib import BertConfig, BertForPreTraining, BertForSequenceClassification
-from bertlib.training import Trainer, TrainingConfig
+from bertlib.trainer import Trainer
+from bertlib.training_config import TrainingConfig
 
 VOCAB = 100
 MASK_ID = 4  # ids 0-4 play [PAD] [UNK] [CLS] [SEP] [MASK]
@@ -87,15 +88,29 @@ def masking_collate(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Ten
     return batch
 
 
+def fixed_mask_data(n: int) -> list[dict[str, torch.Tensor]]:
+    """Pretraining pairs whose masks are drawn once: 1 to 6 predicted tokens per pair, so batches differ."""
+    items = pretraining_data(n)
+    for index, item in enumerate(items):
+        labels = torch.full_like(item["input_ids"], -100)
+        count = 1 + index % 6
+        labels[1: 1 + count] = item["input_ids"][1: 1 + count]
+        item["mlm_labels"] = labels
+    return items
+
+
 DDP_SETTINGS = dict(max_steps=6, lr=1e-3, warmup_steps=2, log_every=1, eval_every=3, progress=False)
+MLM_SETTINGS = dict(max_steps=2, lr=1e-3, warmup_steps=0, shuffle=False, log_every=1, progress=False)
 
 
 def main(out_path: str) -> None:
-    """Train with batch 2 x 2 accumulation steps per process, stopping at step 3 and resuming with a new
-    Trainer (other init, other RNG state: the checkpoint must win); rank 0 saves history and weights."""
+    """Train with batch 2 x 2 accumulation steps per process for 1.5 epochs (6 steps), stopping at step 3 and
+    resuming with a new Trainer (other init, other RNG state: the checkpoint must win); then 2 MLM steps on
+    pairs with uneven mask counts. Rank 0 saves the histories and weights."""
     torch.set_num_threads(1)
-    cfg = TrainingConfig(batch_size=2, accumulation_steps=2, out_dir=Path(out_path).parent / "ddp-run",
-                         **DDP_SETTINGS)
+    settings = {key: value for key, value in DDP_SETTINGS.items() if key != "max_steps"}
+    cfg = TrainingConfig(batch_size=2, accumulation_steps=2, epochs=1.5, out_dir=Path(out_path).parent / "ddp-run",
+                         **settings)
     data, held_out = classification_data(32), classification_data(9, seed=1)
     first = Trainer(classifier(), cfg, data, stack, eval_dataset=held_out)
     assert first.world_size == 2, f"expected 2 processes, got {first.world_size}"
@@ -103,9 +118,15 @@ def main(out_path: str) -> None:
     torch.manual_seed(1234)
     resumed = Trainer(classifier(seed=99), cfg, data, stack, eval_dataset=held_out)
     history = resumed.train()
+    mlm = Trainer(pretrainer(dropout=False), TrainingConfig(batch_size=2, accumulation_steps=2, **MLM_SETTINGS),
+                  fixed_mask_data(16), stack)
+    mlm_history = mlm.train()
     if resumed.is_main:
-        torch.save({"records": history.records, "weights": resumed.model.state_dict()}, out_path)
+        torch.save({"records": history.records, "weights": resumed.model.state_dict(),
+                    "mlm_records": mlm_history.records, "mlm_weights": mlm.model.state_dict()}, out_path)
+    resumed.close()
     first.close()
+
 
 if __name__ == "__main__":
     main(sys.argv[1])

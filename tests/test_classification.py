@@ -1,8 +1,12 @@
-"""bertlib.classification, bertlib.finetune and bertlib.predict: batches, split, metrics, export, command line."""
+"""The classification side: labels, batches, split, metrics, baseline, ToxicityClassifier, finetune, predict."""
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -15,46 +19,43 @@ from hypothesis import strategies as st
 from sklearn.metrics import confusion_matrix, f1_score, roc_auc_score
 
 from bertlib import BertConfig, BertForSequenceClassification, BertModel, hf
-from bertlib.classification import (
-    ANY_TOXIC,
-    BatchDataset,
-    CommentDataset,
-    LengthGroupedBatchSampler,
-    PadCollator,
-    TfidfBaseline,
-    ToxicityClassifier,
-    confident_mistakes,
-    confusion_matrices,
-    encode_texts,
-    evaluate,
-    identity_false_positive_rates,
-    label_matrix,
-    length_grouped_batches,
-    load_tokenizer,
-    positive_weights,
-    stratified_split,
-    task_labels,
-    tune_thresholds,
-    unwrap_batch,
-)
+from bertlib.baseline import TfidfBaseline
+from bertlib.batching import CommentDataset, PadCollator
 from bertlib.data import LABELS, load_comments
-from bertlib.finetune import FineTuneConfig, fine_tune, make_batches
+from bertlib.fairness import identity_false_positive_rates
+from bertlib.fast_tokenizer import encode_texts, load_tokenizer
+from bertlib.finetune import FineTuneConfig, fine_tune, make_batch_sampler
 from bertlib.finetune import main as finetune_main
+from bertlib.labels import ANY_TOXIC, label_matrix, positive_weights, task_labels
+from bertlib.metrics import confident_mistakes, confusion_matrices, evaluate, tune_thresholds
 from bertlib.predict import main as predict_main
+from bertlib.sampling import LengthGroupedBatchSampler, length_grouped_batches
+from bertlib.split import stratified_split
+from bertlib.toxicity import ToxicityClassifier
 
 WORDS = ["good", "nice", "thanks", "article", "source", "page", "edit", "idiot", "stupid", "moron", "you", "are",
          "the", "this", "a", "is", "fine", "great", "hate", "kill"]
-TOXIC_WORDS = {"idiot", "stupid", "moron"}
+TOXIC_WORDS = ("idiot", "stupid", "moron")
+NEUTRAL_WORDS = [w for w in WORDS if w not in TOXIC_WORDS and w != "kill"]
 
 
 def synthetic_comments(n: int, seed: int = 0) -> tuple[list[str], np.ndarray]:
-    """Comments of 2-30 words; label 0 = a toxic word occurs, label 1 = 'kill' occurs."""
+    """Comments of 2-24 neutral words; label 0 (half the rows): a toxic word was put in; label 1 (30%): 'kill'.
+
+    Drawing the labels first keeps both classes common whatever the length; drawing words at random
+    from all of WORDS would make nearly every long comment toxic and leave validation a handful of negatives.
+    """
     rng = np.random.default_rng(seed)
     texts, labels = [], []
     for _ in range(n):
-        words = list(rng.choice(WORDS, size=rng.integers(2, 30)))
+        words = list(rng.choice(NEUTRAL_WORDS, size=rng.integers(2, 25)))
+        toxic, threat = rng.random() < 0.5, rng.random() < 0.3
+        if toxic:
+            words.insert(rng.integers(0, len(words) + 1), rng.choice(TOXIC_WORDS))
+        if threat:
+            words.insert(rng.integers(0, len(words) + 1), "kill")
         texts.append(" ".join(words))
-        labels.append([float(bool(TOXIC_WORDS & set(words))), float("kill" in words)])
+        labels.append([float(toxic), float(threat)])
     return texts, np.array(labels, dtype=np.float32)
 
 
@@ -90,7 +91,7 @@ def sample_frame() -> pd.DataFrame:
 
 def test_label_matrix_names_the_bad_cell():
     frame = pd.DataFrame({"comment_text": ["a", "b"], "toxic": [0, 2]})
-    with pytest.raises(ValueError, match=r"'toxic'.*row 1"):
+    with pytest.raises(ValueError, match=r"'toxic'.*data row 2"):
         label_matrix(frame, ["toxic"])
     with pytest.raises(KeyError, match="insult"):
         label_matrix(frame, ["insult"])
@@ -165,27 +166,11 @@ def test_length_grouping_cuts_padding_on_skewed_lengths():
     assert not np.array_equal(np.concatenate(grouped), np.concatenate(length_grouped_batches(lengths, 32, 50, seed=1)))
 
 
-def test_batch_sampler_splits_batches_across_ranks_and_epochs():
+def test_length_grouped_sampler_feeds_a_dataloader_with_every_comment(one_thread):
     lengths = np.arange(2, 202)
-    ranks = [LengthGroupedBatchSampler(lengths, 8, 3, seed=1, num_replicas=3, rank=r) for r in range(3)]
-    seen = [i for sampler in ranks for batch in sampler for i in batch]
-    assert len(seen) == len(set(seen)) and len({len(s) for s in ranks}) == 1
-    first = list(ranks[0])
-    ranks[0].set_epoch(1)
-    assert list(ranks[0]) != first
     loader = torch.utils.data.DataLoader(CommentDataset([[2] * n for n in lengths]), collate_fn=PadCollator(),
                                          batch_sampler=LengthGroupedBatchSampler(lengths, 8))
     assert sum(len(batch["input_ids"]) for batch in loader) == len(lengths)
-
-
-def test_batch_dataset_serves_whole_batches():
-    dataset = CommentDataset([[2, 5, 3], [2, 3], [2, 6, 6, 3]], np.array([1, 0, 1]))
-    batches = BatchDataset(dataset, [[2, 0], [1]], PadCollator())
-    assert len(batches) == 2
-    batch = unwrap_batch([batches[0]])
-    assert batch["input_ids"].shape == (2, 4) and batch["labels"].tolist() == [[1.0], [1.0]]
-    with pytest.raises(ValueError, match="batch_size=1"):
-        unwrap_batch([batches[0], batches[1]])
 
 
 # -- split ----------------------------------------------------------------------------------------------
@@ -338,15 +323,16 @@ def test_a_vocab_that_is_not_the_models_is_refused(tiny_checkpoint, minilm_folde
 
 
 def test_fine_tuning_learns_a_word_rule(tiny_checkpoint, one_thread):
-    texts, labels = synthetic_comments(256, seed=5)
-    config = FineTuneConfig(batch_size=16, max_steps=40, lr=2e-3, max_len=32, bucket_batches=4, pos_weight_cap=5.0,
-                            progress=False, warmup_ratio=0.05)
+    # 160 steps (13 epochs) at lr 5e-4 on balanced data: ROC-AUC >= 0.997 for 16 seeds of data and training,
+    # where 40 steps at 2e-3 on the old, nearly all-toxic data spread 0.56-0.95 (see the report of issue 11).
+    texts, labels = synthetic_comments(320, seed=5)
+    config = FineTuneConfig(batch_size=16, max_steps=160, lr=5e-4, max_len=32, bucket_batches=4, progress=False)
     result = fine_tune(tiny_checkpoint, ["toxic", "threat"], texts[:192], labels[:192], texts[192:], labels[192:],
                        config)
     losses = result.history.frame()["loss"].dropna()
-    assert losses.iloc[-1] < losses.iloc[0]
-    assert result.metrics.loc["toxic", "roc_auc"] > 0.8
-    assert result.steps == 40 and result.classifier.thresholds.shape == (2,)
+    assert losses.iloc[-1] < 0.5 * losses.iloc[0]
+    assert result.metrics.loc["toxic", "roc_auc"] > 0.9
+    assert result.steps == 160 and result.classifier.thresholds.shape == (2,)
 
 
 @pytest.mark.parametrize("padding, group", [("dynamic", True), ("dynamic", False), ("fixed", False)])
@@ -354,15 +340,19 @@ def test_training_batches_follow_the_padding_setting(padding, group):
     lengths = [3, 30, 4, 29, 5, 28, 6, 27] * 4
     dataset = CommentDataset([[2] * n for n in lengths], np.zeros((len(lengths), 1)))
     config = FineTuneConfig(batch_size=4, padding=padding, group_by_length=group, bucket_batches=8, max_len=32)
-    batches = make_batches(dataset, config, PadCollator(pad_to=32 if padding == "fixed" else None))
-    widths = [batches[i]["input_ids"].shape[1] for i in range(len(batches))]
-    assert sum(batches[i]["input_ids"].shape[0] for i in range(len(batches))) == len(lengths)
+    sampler = make_batch_sampler(dataset.lengths, config)
+    collate = PadCollator(pad_to=32 if padding == "fixed" else None)
+    batches = [collate([dataset[i] for i in batch]) for batch in sampler]
+    widths = [batch["input_ids"].shape[1] for batch in batches]
+    assert sum(batch["input_ids"].shape[0] for batch in batches) == len(lengths)
     if padding == "fixed":
         assert set(widths) == {32}
     elif group:
         assert sorted(widths) == [3, 4, 5, 6, 27, 28, 29, 30]  # each batch holds one length: no padding
     else:
         assert max(widths) == 30
+    sampler.set_epoch(1)
+    assert [len(b) for b in sampler] == [4] * 8  # a new draw each epoch, every comment once
 
 
 def test_command_line_fine_tunes_saves_and_predicts(tiny_checkpoint, tmp_path, capsys, one_thread):
@@ -383,3 +373,86 @@ def test_command_line_fine_tunes_saves_and_predicts(tiny_checkpoint, tmp_path, c
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["comment"] for r in records] == ["you idiot", "good article"]
     assert all(0 <= r["toxic"] <= 1 for r in records)
+
+
+def write_binary_csv(path, n: int = 80, seed: int = 6):
+    """A binary data set (comment_text, toxic) of synthetic comments."""
+    texts, labels = synthetic_comments(n, seed=seed)
+    pd.DataFrame({"comment_text": texts, "toxic": labels[:, 0].astype(int)}).to_csv(path, index=False)
+    return path
+
+
+def test_resuming_a_fine_tune_with_other_batching_is_refused(tiny_checkpoint, tmp_path, one_thread):
+    texts, labels = synthetic_comments(64, seed=8)
+    runs = tmp_path / "checkpoints"
+
+    def run(**changes):
+        config = FineTuneConfig(**{"batch_size": 8, "max_steps": 2, "max_len": 32, "progress": False,
+                                   "out_dir": str(runs), **changes})
+        return fine_tune(tiny_checkpoint, ["toxic", "threat"], texts, labels, config=config)
+
+    assert run().steps == 2
+    with pytest.warns(UserWarning, match="now decays to 0 at step 3"):
+        assert run(max_steps=3).steps == 3  # the same batching: continues from step 2
+    with pytest.raises(ValueError, match="batching batch_size was 8, now 4"):
+        run(batch_size=4, max_steps=4)
+    with pytest.raises(ValueError, match="batching lengths_sha256"):
+        run(max_len=8, max_steps=4)  # other max_len: other comment lengths, other batches
+
+
+def test_command_line_checks_out_and_the_data_before_training(tiny_checkpoint, tmp_path, capsys):
+    data = write_binary_csv(tmp_path / "comments.csv")
+    in_the_way = tmp_path / "a-file"
+    in_the_way.write_text("not a folder")
+    args = ["--init", "does-not-matter-it-is-never-loaded", "--data", str(data), "--max-steps", "1"]
+    assert finetune_main([*args, "--out", str(in_the_way), "--task", "binary"]) == 2
+    assert "a-file is a file" in capsys.readouterr().err
+    assert finetune_main([*args, "--out", str(tmp_path / "out")]) == 2  # a binary file read as six-label
+    assert "--task binary" in capsys.readouterr().err
+
+
+def test_predict_reads_stdin_and_reports_empty_comments(tiny_checkpoint, tmp_path, capsys, monkeypatch, one_thread):
+    classifier = ToxicityClassifier.from_checkpoint(tiny_checkpoint, ["toxic", "threat"], verbose=False)
+    folder = classifier.save(tmp_path / "model")
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"you idiot\n   \ngood article\n")))
+    assert predict_main(["--model", str(folder), "--json", "--file", "-"]) == 0
+    captured = capsys.readouterr()
+    records = [json.loads(line) for line in captured.out.splitlines()]
+    assert [r["comment"] for r in records] == ["you idiot", "   ", "good article"]
+    assert records[1]["toxic"] is None and records[1]["flagged"] == "(empty: not scored)"
+    assert 0 <= records[2]["threat"] <= 1
+    assert "1 empty or whitespace-only comment(s) not scored: <stdin> line 2" in captured.err
+    with pytest.warns(UserWarning, match=r"1 of 2 comments are empty or whitespace \(positions 1\)"):
+        classifier.predict(["fine", ""])
+
+
+def test_predict_reads_csv_through_the_one_reader_and_names_bad_files(tiny_checkpoint, tmp_path, capsys):
+    classifier = ToxicityClassifier.from_checkpoint(tiny_checkpoint, ["toxic"], verbose=False)
+    folder = classifier.save(tmp_path / "model")
+    good = tmp_path / "good.csv"
+    pd.DataFrame({"id": ["a", "b"], "comment_text": ["good article", "you moron"]}).to_csv(good, index=False)
+    assert predict_main(["--model", str(folder), "--json", "--file", str(good)]) == 0
+    assert [json.loads(line)["comment"] for line in capsys.readouterr().out.splitlines()] == ["good article",
+                                                                                               "you moron"]
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes(b"id,text\na,hello\n")
+    assert predict_main(["--model", str(folder), "--file", str(bad)]) == 2
+    assert "bad.csv, line 1 of the file, column 'comment_text': no comment_text column" in capsys.readouterr().err
+    (folder / "classifier.json").write_text("{\"labels\": [")
+    assert predict_main(["--model", str(folder), "fine"]) == 2
+    assert "classifier.json: not valid JSON" in capsys.readouterr().err
+
+
+def test_two_processes_make_the_requested_epochs_not_twice_as_many(tiny_checkpoint, tmp_path):
+    data = write_binary_csv(tmp_path / "comments.csv", n=80)
+    out = tmp_path / "model"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
+               "bertlib.finetune", "--init", str(tiny_checkpoint), "--data", str(data), "--out", str(out),
+               "--task", "binary", "--epochs", "1", "--batch-size", "8", "--max-len", "32", "--device", "cpu"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    history = pd.read_csv(out / "history.csv")
+    run = json.loads((out / "run.json").read_text())
+    # 64 training comments in 8 batches of 8, dealt to 2 processes: one epoch is 4 steps in each.
+    assert run["steps"] == 4 and history["epoch"].max() == pytest.approx(1.0)

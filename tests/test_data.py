@@ -305,3 +305,90 @@ def test_csv_column_with_html(tmp_path):
     assert [d.doc_id for d in by_title] == ["First", "Third"] and by_title[0].text.startswith("<h1>")
     with pytest.raises(DataError, match=r"no column 'writeup'; the columns are \['Title', 'Writeup'\]"):
         data.load_csv_column(path, "writeup")
+
+
+# --- one reader for every command: binary, unlabelled, Kaggle test, text lines ---------------------
+
+
+def test_binary_file_reads_its_toxic_column_and_numbers_rows_without_ids(tmp_path):
+    path = write(tmp_path, csv_bytes([["you idiot", "1"], ["", "0"], ["fine", "0"]], ["comment_text", "toxic"]))
+    loaded = load_comments(path, task="binary")
+    assert loaded.label_names == ("toxic",) and loaded.labels.tolist() == [[1], [0], [0]]
+    assert loaded["id"].tolist() == ["1", "2", "3"] and loaded.report.empty_lines == [3]
+    six = load_comments(write(tmp_path, csv_bytes(GOOD), "six.csv"), task="binary")
+    assert six.label_names == LABELS  # any of the six = toxic is worked out by the task, not the reader
+
+
+def test_binary_file_read_as_six_labels_says_to_use_task_binary(tmp_path):
+    path = write(tmp_path, csv_bytes([["a", "you idiot", "1"]], ["id", "comment_text", "toxic"]))
+    with pytest.raises(DataError, match="--task binary") as info:
+        load_comments(path)
+    assert (info.value.line, info.value.column) == (1, "severe_toxic")
+
+
+def test_six_label_file_missing_one_label_names_it(tmp_path):
+    header = [c for c in COLUMNS if c != "insult"]
+    rows = [[v for c, v in zip(COLUMNS, r, strict=True) if c != "insult"] for r in GOOD]
+    with pytest.raises(DataError, match=r"missing column\(s\) \['insult'\]") as info:
+        load_comments(write(tmp_path, csv_bytes(rows, header)))
+    assert info.value.column == "insult"
+    with pytest.raises(DataError, match=r"some of the six labels but not \['insult'\]"):
+        load_comments(write(tmp_path, csv_bytes(rows, header)), task="binary")
+
+
+def test_binary_label_errors_name_the_right_line_and_row(tmp_path):
+    rows = [["first\nspans two lines", "0"], ["second", "0"], ["third", "yes"]]
+    with pytest.raises(DataError, match="'yes' is not 0 or 1") as info:
+        load_comments(write(tmp_path, csv_bytes(rows, ["comment_text", "toxic"])), task="binary")
+    assert (info.value.line, info.value.row, info.value.column) == (5, 3, "toxic")
+    with pytest.raises(DataError, match="needs a 'toxic' column"):
+        load_comments(write(tmp_path, csv_bytes([["x"]], ["comment_text"])), task="binary")
+
+
+def test_text_task_needs_only_comment_text(tmp_path):
+    path = write(tmp_path, csv_bytes([["x1", "hello", "whatever"]], ["id", "comment_text", "source"]))
+    loaded = load_comments(path, task="text")
+    assert loaded.texts == ["hello"] and loaded.label_names == () and loaded.labels.shape == (1, 0)
+    with pytest.raises(DataError, match="no comment_text column") as info:
+        load_comments(write(tmp_path, csv_bytes([["hello"]], ["text"])), task="text")
+    assert info.value.column == "comment_text"
+    with pytest.raises(ValueError, match="task must be one of"):
+        load_comments(path, task="regression")
+
+
+def test_kaggle_test_set_keeps_only_scored_rows(tmp_path):
+    write(tmp_path, csv_bytes([["a", "one"], ["b", "two"], ["c", "three"]], ["id", "comment_text"]), "test.csv")
+    labels = [["a", *"010000"], ["b", *["-1"] * 6], ["c", *"100001"]]
+    write(tmp_path, csv_bytes(labels, ["id", *LABELS]), "test_labels.csv")
+    test = data.load_kaggle_test(tmp_path / "test.csv")
+    assert test["id"].tolist() == ["a", "c"] and test.texts == ["one", "three"]
+    assert test.labels.tolist() == [[0, 1, 0, 0, 0, 0], [1, 0, 0, 0, 0, 1]]
+    labels[1][3] = "2"
+    write(tmp_path, csv_bytes(labels, ["id", *LABELS]), "test_labels.csv")
+    with pytest.raises(DataError, match="is not -1 or 0 or 1") as info:
+        data.load_kaggle_test(tmp_path / "test.csv")
+    assert "test_labels.csv" in str(info.value) and (info.value.line, info.value.column) == (3, "obscene")
+    (tmp_path / "test_labels.csv").unlink()
+    with pytest.raises(FileNotFoundError, match="test_labels.csv not found"):
+        data.load_kaggle_test(tmp_path / "test.csv")
+
+
+def test_comment_lines_keep_blank_lines_and_read_stdin(tmp_path, monkeypatch):
+    path = write(tmp_path, b"first\n\n  \nlast\n", "comments.txt")
+    texts, lines, name = data.load_comment_lines(path)
+    assert texts == ["first", "", "  ", "last"] and lines == [1, 2, 3, 4] and name.endswith("comments.txt")
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"from stdin\nsecond")))
+    assert data.load_comment_lines("-")[0] == ["from stdin", "second"]
+    with pytest.raises(DataError, match="not valid UTF-8") as info:
+        data.load_comment_lines(write(tmp_path, b"ok\nbad \xff\n", "bad.txt"))
+    assert info.value.line == 2
+
+
+def test_data_does_not_import_the_notebook_runner():
+    import subprocess
+    import sys
+
+    code = "import sys, bertlib.data; print('bertlib.course' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
+    assert data.sample_dir() == course.data_dir()

@@ -153,3 +153,58 @@ def test_export_writes_a_vocab_that_transformers_reads(tiny_config, minilm_folde
     for sentence in SENTENCES:
         assert exported(sentence)["input_ids"] == original(sentence)["input_ids"]
     assert exported.tokenize("Bank")[0] == "bank"  # lower-cased, as the vocab needs
+
+
+def test_masked_lm_checkpoint_without_a_pooler_loads_into_a_task_model(tiny_config, tmp_path):
+    torch.manual_seed(5)
+    masked_lm = transformers.BertForMaskedLM(transformers.BertConfig(**tiny_config.to_hf_dict()))
+    masked_lm.save_pretrained(tmp_path)  # BertForMaskedLM has no pooler: none is saved
+    model = hf.from_pretrained(tmp_path, cls=BertForSequenceClassification, verbose=False, num_labels=2)
+    report = model.load_report
+    assert report.new_heads == ["bert.pooler.weight", "bert.pooler.bias", "classifier.weight", "classifier.bias"]
+    assert "bert.pooler.weight" in str(report)
+    torch.testing.assert_close(model.bert.embeddings.token.weight, masked_lm.bert.embeddings.word_embeddings.weight)
+    pooler = model.bert.pooler
+    assert torch.equal(pooler.bias, torch.zeros_like(pooler.bias))
+    assert abs(pooler.weight.std().item() - tiny_config.initializer_range) < 0.005  # BERT's init, as a new head
+
+
+def test_a_trained_pooler_is_reinitialised_when_the_checkpoint_has_none(tiny_config, tmp_path):
+    torch.manual_seed(6)
+    transformers.BertForMaskedLM(transformers.BertConfig(**tiny_config.to_hf_dict())).save_pretrained(tmp_path)
+    model = BertModel(tiny_config)
+    with torch.no_grad():
+        model.pooler.weight.fill_(1.0)  # stands for weights from an earlier load
+    hf.load_hf_state_dict(model, hf.read_state_dict(tmp_path))
+    assert model.pooler.weight.std() > 0 and not (model.pooler.weight == 1.0).any()
+
+
+@pytest.mark.parametrize("name", ["./missing-run", "runs/missing-run", "a/b/c", "/no/such/folder", "runs\\x"])
+def test_a_path_that_looks_local_is_never_sent_to_the_hub(name, tmp_path, monkeypatch):
+    import huggingface_hub
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda *a, **k: pytest.fail("the hub was asked"))
+    with pytest.raises(FileNotFoundError, match="no such checkpoint folder .*the hub was not asked"):
+        hf.from_pretrained(name)
+    with pytest.raises(FileNotFoundError, match="no such checkpoint folder"):
+        hf.resolve(tmp_path / "not-here")  # a Path is always local
+
+
+def test_damaged_weight_and_json_files_are_named(tiny_config, tmp_path):
+    hf.save_pretrained(BertModel(tiny_config), tmp_path)
+    (tmp_path / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{broken")
+    with pytest.raises(ValueError, match=r"model.safetensors: cannot read the safetensors file"):
+        hf.from_pretrained(tmp_path, verbose=False)
+    (tmp_path / "model.safetensors").unlink()
+    (tmp_path / "pytorch_model.bin").write_bytes(b"not a pickle")
+    with pytest.raises(ValueError, match=r"pytorch_model.bin: cannot be read as plain tensors") as info:
+        hf.from_pretrained(tmp_path, verbose=False)
+    assert "weights_only=False" not in str(info.value)
+    (tmp_path / "model.safetensors.index.json").write_text("{")
+    with pytest.raises(ValueError, match=r"model.safetensors.index.json: not valid JSON"):
+        hf.read_state_dict(tmp_path)
+    (tmp_path / "config.json").write_text("[1, 2")
+    with pytest.raises(ValueError, match=r"config.json: not valid JSON"):
+        hf.from_pretrained(tmp_path, verbose=False)

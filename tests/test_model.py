@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -66,15 +67,18 @@ def test_sparse_and_dense_mlm_give_the_same_gradients(tiny_config, padded_batch)
     torch.testing.assert_close(grads[0], grads[1], atol=1e-6, rtol=1e-5)
 
 
-@pytest.mark.parametrize("problem_type", ["single_label_classification", "multi_label_classification"])
+@pytest.mark.parametrize("problem_type", ["single_label_classification", "multi_label_classification", "regression"])
 def test_sequence_classification_matches_transformers(tiny_config, padded_batch, problem_type, tmp_path):
     torch.manual_seed(3)
-    config = tiny_config.replace(num_labels=6 if problem_type.startswith("multi") else 3, problem_type=problem_type)
+    num_labels = {"single_label_classification": 3, "multi_label_classification": 6, "regression": 1}[problem_type]
+    config = tiny_config.replace(num_labels=num_labels, problem_type=problem_type)
     ours = BertForSequenceClassification(config).eval()
     reference = transformers_twin(ours, transformers.BertForSequenceClassification, tmp_path)
     assert reference.config.problem_type == problem_type
     if problem_type.startswith("multi"):
         labels = torch.tensor([[1, 0, 0, 1, 0, 0], [0, 0, 0, 0, 0, 0], [1, 1, 1, 0, 0, 1]], dtype=torch.float)
+    elif problem_type == "regression":
+        labels = torch.tensor([0.5, -1.0, 2.0])
     else:
         labels = torch.tensor([2, 0, 1])
     inputs = {k: padded_batch[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
@@ -234,3 +238,32 @@ def test_config_round_trips_and_refuses_nonsense(tiny_config, tmp_path):
         BertConfig.from_dict({"hidden_sise": 3})
     with pytest.raises(ValueError, match="hidden_act"):
         BertConfig.from_hf_dict({**config.to_hf_dict(), "hidden_act": "relu"})
+
+
+def test_one_label_is_regression_or_refused_never_a_zero_loss(tiny_config, padded_batch):
+    with pytest.raises(ValueError, match="num_labels=1 with problem_type='single_label_classification' trains nothing"):
+        tiny_config.replace(num_labels=1)
+    model = BertForSequenceClassification(tiny_config.replace(num_labels=1, problem_type="regression"))
+    inputs = {k: padded_batch[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
+    loss = model(**inputs, labels=torch.tensor([3.0, -2.0, 1.0])).loss
+    loss.backward()
+    assert loss > 0 and model.classifier.weight.grad.abs().sum() > 0
+
+
+def test_problem_type_survives_the_config_json(tiny_config, tmp_path):
+    regression = tiny_config.replace(num_labels=1, problem_type="regression")
+    assert BertConfig.from_hf_dict(regression.to_hf_dict()).problem_type == "regression"
+    theirs = transformers.BertConfig(**{**tiny_config.to_hf_dict(), "problem_type": None}, num_labels=1)
+    theirs.id2label, theirs.label2id = {0: "LABEL_0"}, {"LABEL_0": 0}
+    assert BertConfig.from_hf_dict(theirs.to_dict()).problem_type == "regression"  # transformers' reading
+    assert BertConfig.from_hf_dict({**tiny_config.to_hf_dict(), "problem_type": None}).problem_type == \
+        "single_label_classification"
+
+
+def test_damaged_config_json_names_the_file(tmp_path):
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"config.json: not valid JSON"):
+        BertConfig.from_json(tmp_path / "config.json")
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "vocab_size": 10}))
+    with pytest.raises(ValueError, match=r"config.json: no 'hidden_size'"):
+        BertConfig.from_json(tmp_path / "config.json")

@@ -1,4 +1,4 @@
-"""bertlib.pretraining: sentence splitting, NSP pairs (Google's recipe), and the MLM masking collator."""
+"""bertlib.sentences, bertlib.nsp and bertlib.mlm: sentence splitting, NSP pairs (Google's recipe), MLM masking."""
 
 from __future__ import annotations
 
@@ -10,19 +10,19 @@ import torch
 
 from bertlib import BertConfig, BertForPreTraining
 from bertlib.course import data_dir
-from bertlib.pretraining import (
-    IGNORE_INDEX,
-    MaskingCollator,
+from bertlib.mlm import MaskingCollator, fill_mask, pretraining_metrics
+from bertlib.model import IGNORE_INDEX
+from bertlib.nsp import (
     PretrainingDataset,
     PretrainingInstance,
     create_instances,
     create_instances_from_ids,
-    fill_mask,
-    split_sentences,
     tokenize_documents,
     truncate_pair,
 )
-from bertlib.training import Trainer, TrainingConfig, pretraining_metrics
+from bertlib.sentences import split_sentences
+from bertlib.trainer import Trainer
+from bertlib.training_config import TrainingConfig
 from bertlib.wordpiece import SPECIAL_TOKENS, BasicTokenizer, WordPieceTokenizer
 
 

@@ -1,4 +1,4 @@
-"""bertlib.training: parameter groups, schedules, the loop, accumulation, exact resuming, atomic checkpoints, DDP."""
+"""bertlib.trainer and its parts: groups, schedules, the loop, accumulation, exact resuming, checkpoints, DDP."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ import pytest
 import torch
 from ddp_worker import (
     DDP_SETTINGS,
+    MLM_SETTINGS,
     classification_data,
     classifier,
+    fixed_mask_data,
     masking_collate,
     pretrainer,
     pretraining_data,
@@ -21,18 +23,14 @@ from ddp_worker import (
 )
 from torch import nn
 
-from bertlib.training import (
-    History,
-    Trainer,
-    TrainingConfig,
-    latest_checkpoint,
-    linear_warmup_decay,
-    load_checkpoint,
-    noam_schedule,
-    param_groups,
-    pretraining_metrics,
-    resolve_precision,
-)
+from bertlib.checkpoint import latest_checkpoint, load_checkpoint
+from bertlib.history import History
+from bertlib.mlm import pretraining_metrics
+from bertlib.optimizer import param_groups
+from bertlib.precision import resolve_precision
+from bertlib.schedule import linear_warmup_decay, noam_schedule
+from bertlib.trainer import Trainer
+from bertlib.training_config import TrainingConfig
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -136,7 +134,7 @@ def test_config_rejects_bad_values():
         TrainingConfig(max_steps=1, precision="fp8")
     with pytest.raises(ValueError, match="warmup_steps"):
         TrainingConfig(max_steps=5, warmup_steps=6)
-    assert TrainingConfig(max_steps=200, warmup_ratio=0.1).warmup == 20
+    assert TrainingConfig(max_steps=200, warmup_ratio=0.1).warmup_for(200) == 20
 
 
 # -- the loop -----------------------------------------------------------------------------------------------
@@ -258,7 +256,7 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, how):
 def test_resume_refuses_a_different_data_order(tmp_path):
     data = classification_data(8)
     Trainer(classifier(), quiet(max_steps=2, batch_size=4, out_dir=tmp_path), data, stack).train(stop_at=1)
-    with pytest.raises(ValueError, match="batch_size=4"):
+    with pytest.raises(ValueError, match="batch_size was 4, now 2"):
         Trainer(classifier(), quiet(max_steps=2, batch_size=2, out_dir=tmp_path), data, stack).train()
 
 
@@ -267,7 +265,7 @@ def test_checkpoints_are_atomic_pruned_and_weights_only(tmp_path, monkeypatch):
     cfg = quiet(max_steps=4, batch_size=4, checkpoint_every=1, keep_checkpoints=2, out_dir=tmp_path)
     trainer = Trainer(classifier(), cfg, data, stack)
     trainer.train(stop_at=3)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-2.pt", "checkpoint-3.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", "checkpoint-2.pt", "checkpoint-3.pt"]
 
     real_save = torch.save
 
@@ -279,7 +277,7 @@ def test_checkpoints_are_atomic_pruned_and_weights_only(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         trainer.train()
     monkeypatch.undo()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-2.pt", "checkpoint-3.pt"]  # no temp left
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", "checkpoint-2.pt", "checkpoint-3.pt"]  # no temp left
 
     state = torch.load(tmp_path / "checkpoint-3.pt", weights_only=True)
     assert state["step"] == 3
@@ -293,7 +291,7 @@ def test_checkpoints_are_atomic_pruned_and_weights_only(tmp_path, monkeypatch):
 
 def test_load_checkpoint_rejects_other_files(tmp_path):
     torch.save({"weights": torch.ones(2)}, tmp_path / "other.pt")
-    with pytest.raises(ValueError, match="not a bertlib.training checkpoint"):
+    with pytest.raises(ValueError, match="not a bertlib checkpoint"):
         load_checkpoint(tmp_path / "other.pt")
     with pytest.raises(FileNotFoundError):
         load_checkpoint(tmp_path / "missing.pt")
@@ -360,10 +358,19 @@ def test_ddp_two_processes_match_one_and_resume(tmp_path):
         expected = [r[key] for r in history.records if key in r]
         assert [r[key] for r in ddp["records"] if key in r] == pytest.approx(expected, abs=1e-6), key
     assert len(ddp["records"]) == 6
+    assert ddp["records"][-1]["epoch"] == history.records[-1]["epoch"] == 1.5  # epochs=1.5 per process
     for name, tensor in single.model.state_dict().items():
         torch.testing.assert_close(ddp["weights"][name], tensor, atol=1e-6, rtol=0, msg=name)
 
-    assert sorted(p.name for p in (tmp_path / "ddp-run").iterdir()) == ["checkpoint-3.pt", "checkpoint-6.pt"]
+    assert sorted(p.name for p in (tmp_path / "ddp-run").iterdir()) == ["checkpoint-3.pt", "checkpoint-6.pt"]  # no lock
     state = load_checkpoint(tmp_path / "ddp-run" / "checkpoint-6.pt")
     assert state["world_size"] == 2 and len(state["rng"]) == 2
     assert not torch.equal(state["rng"][0]["torch"], state["rng"][1]["torch"])  # each rank's own stream
+
+    mlm = Trainer(pretrainer(dropout=False), quiet(batch_size=8, **MLM_SETTINGS), fixed_mask_data(16), stack)
+    mlm_history = mlm.train()  # uneven mask counts across processes: the loss is a mean over all of them
+    for key in ("loss", "mlm_loss", "nsp_loss", "grad_norm"):
+        expected = [r[key] for r in mlm_history.records]
+        assert [r[key] for r in ddp["mlm_records"]] == pytest.approx(expected, abs=1e-6), key
+    for name, tensor in mlm.model.state_dict().items():
+        torch.testing.assert_close(ddp["mlm_weights"][name], tensor, atol=1e-6, rtol=0, msg=name)

@@ -1,4 +1,4 @@
-"""bertlib.wordpiece against transformers.BertTokenizerFast, token for token, plus the trainer worked by hand."""
+"""bertlib.wordpiece against transformers.BertTokenizerFast, token for token; bertlib.wordpiece_trainer by hand."""
 
 from __future__ import annotations
 
@@ -17,14 +17,8 @@ from tokenizers import normalizers, pre_tokenizers
 from transformers import BertTokenizerFast
 
 from bertlib import data
-from bertlib.wordpiece import (
-    SPECIAL_TOKENS,
-    BasicTokenizer,
-    WordPieceTokenizer,
-    WordPieceTrainer,
-    train_wordpiece,
-    truncate_pair,
-)
+from bertlib.wordpiece import SPECIAL_TOKENS, BasicTokenizer, WordPieceTokenizer, truncate_pair
+from bertlib.wordpiece_trainer import WordPieceTrainer, train_wordpiece
 
 REAL_COMMENTS = Path(__file__).resolve().parents[2] / "shared" / "data" / "jigsaw_binary_dev.csv"
 

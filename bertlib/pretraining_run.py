@@ -1,0 +1,219 @@
+"""What `python -m bertlib.pretrain` does: corpus -> vocabulary -> sentence pairs -> Trainer -> exported model.
+
+    from bertlib.pretraining_run import run_pretraining
+    run_pretraining(args)     # an argparse.Namespace of bertlib.pretrain's options
+
+Everything a run can be refused for is checked before the first step: the output folder (a file in the way,
+not writable, another live run holding its lock), a resume whose data, model or optimizer arguments differ
+from the ones in OUT/run.json (each named by its flag), a vocabulary with nothing but special tokens, and a
+corpus too small to fill one batch. A non-finite loss stops the run without exporting the model; Ctrl-C
+saves a checkpoint and exits with status 130.
+
+The recipe is BERT's (Devlin et al. 2019, appendix A.2): AdamW, peak lr 1e-4 with warmup and linear decay,
+weight decay 0.01, dropout 0.1, MLM + NSP loss.
+
+Leaves out: the paper's second phase at sequence 512 (this always starts a new model or resumes its own run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .checkpoint import OutDirError, atomic_write, check_out_dir, latest_checkpoint
+from .config import BertConfig
+from .mlm import MaskingCollator, pretraining_metrics
+from .model import BertForPreTraining
+from .nsp import PretrainingDataset, create_instances_from_ids, tokenize_documents
+from .run_lock import RunLock, RunLockedError
+from .trainer import NonFiniteLossError, Trainer
+from .training_config import TrainingConfig
+from .wordpiece import WordPieceTokenizer
+from .wordpiece_trainer import train_wordpiece
+
+PROG = "python -m bertlib.pretrain"
+# Arguments that decide the data, the model or the optimizer's state: a resumed run must keep them.
+FIXED_ON_RESUME = ("config", "corpus", "vocab", "seq_len", "batch_size", "mlm_probability", "max_predictions",
+                   "whole_word", "dupe_factor", "short_seq_prob", "eval_fraction", "seed", "vocab_size", "attn",
+                   "dropout", "lr", "warmup_ratio")
+
+
+class PretrainError(ValueError):
+    """A run refused before training, with the flag to change."""
+
+
+def _flag(name: str) -> str:
+    """The command-line flag of an argument name."""
+    return "--" + name.replace("_", "-")
+
+
+def check_resume(out: Path, args: dict[str, Any]) -> list[str]:
+    """Refuse to resume a run whose fixed arguments differ from out/run.json; return notes on allowed changes."""
+    saved_path = out / "run.json"
+    if latest_checkpoint(out) is None or not saved_path.is_file():
+        return []
+    try:
+        saved = json.loads(saved_path.read_text(encoding="utf-8"))["args"]
+    except (OSError, ValueError, KeyError) as error:
+        raise PretrainError(f"{saved_path} cannot be read ({error}); it records the run that {out} holds: "
+                            "restore it, or use another --out") from None
+    changed = [f"{_flag(k)} was {saved.get(k)!r}, now {args[k]!r}" for k in FIXED_ON_RESUME if saved.get(k) != args[k]]
+    if changed:
+        raise PretrainError(f"{out} holds a run with other settings; use another --out or the same arguments:\n  "
+                            + "\n  ".join(changed))
+    if saved.get("steps") != args["steps"]:
+        return [f"--steps was {saved.get('steps')}, now {args['steps']}: the learning rate now decays to 0 at "
+                f"step {args['steps']}"]
+    return []
+
+
+def load_tokenizer(vocab: str | None, texts: list[str], vocab_size: int, out: Path, is_main: bool
+                   ) -> tuple[WordPieceTokenizer, Path]:
+    """The tokenizer of --vocab, or of out/vocab.txt, trained on the corpus the first time.
+
+    Under torchrun every process trains the same (deterministic) vocabulary and only rank 0 writes it.
+    """
+    if vocab is not None:
+        return WordPieceTokenizer.from_vocab_file(vocab), Path(vocab)
+    path = out / "vocab.txt"
+    if path.is_file():
+        return WordPieceTokenizer.from_vocab_file(path), path
+    if is_main:
+        print(f"no --vocab: training a {vocab_size}-token WordPiece vocabulary on the corpus -> {path}")
+    tokenizer = WordPieceTokenizer(train_wordpiece(texts, vocab_size, show_progress=is_main))
+    if is_main:
+        atomic_write(path, tokenizer.save_vocab)
+    return tokenizer, path
+
+
+def check_vocabulary(tokenizer: WordPieceTokenizer, vocab_path: Path, trained_here: bool) -> None:
+    """Refuse a vocabulary without a single ordinary token: there would be nothing to predict."""
+    if all(token.startswith("[") and token.endswith("]") for token in tokenizer.vocab):
+        fix = ("a larger --vocab-size (and delete it, so that a new one is trained)" if trained_here
+               else "--vocab a vocabulary with word pieces, or leave --vocab out to train one on the corpus")
+        raise PretrainError(f"{vocab_path} holds only special tokens ({len(tokenizer.vocab)} entries such as [PAD], "
+                            f"[MASK]): there is nothing for MLM to predict; use {fix}")
+
+
+def build_datasets(texts: list[str], tokenizer: WordPieceTokenizer, args: argparse.Namespace,
+                   show_progress: bool = True) -> tuple[PretrainingDataset, PretrainingDataset | None]:
+    """Sentence pairs of the training documents and of the held-out ones (every process builds the same)."""
+    tokenized, _ = tokenize_documents(texts, tokenizer, show_progress)
+    if len(tokenized) < 2:
+        raise PretrainError(f"{args.corpus} has {len(tokenized)} document(s) with text after tokenizing: NSP needs "
+                            "at least two; give --corpus more documents")
+    held_out = round(len(tokenized) * args.eval_fraction)
+    if 0 < held_out < 2:
+        held_out = 2 if len(tokenized) >= 6 else 0  # NotNext needs two documents on each side
+    order = torch.randperm(len(tokenized), generator=torch.Generator().manual_seed(args.seed)).tolist()
+    evaluation = [tokenized[i] for i in order[:held_out]]
+    training = [tokenized[i] for i in order[held_out:]]
+    train = PretrainingDataset(create_instances_from_ids(training, args.seq_len, args.short_seq_prob,
+                                                         args.dupe_factor, seed=args.seed))
+    evaluate = None
+    if evaluation:
+        evaluate = PretrainingDataset(create_instances_from_ids(evaluation, args.seq_len, args.short_seq_prob,
+                                                                1, seed=args.seed + 1))
+    return train, evaluate
+
+
+def check_batches(train: PretrainingDataset, args: argparse.Namespace, world_size: int) -> None:
+    """Refuse a corpus whose training pairs cannot fill one batch in every process."""
+    if len(train) < args.batch_size * world_size:
+        processes = f" x {world_size} processes" if world_size > 1 else ""
+        raise PretrainError(f"{args.corpus} gives {len(train)} training sentence pair(s), fewer than one batch of "
+                            f"--batch-size {args.batch_size}{processes}: use a smaller --batch-size, a larger "
+                            f"--dupe-factor (now {args.dupe_factor}), or a bigger --corpus")
+
+
+def run_pretraining(args: argparse.Namespace) -> int:
+    """Check everything, build the pairs, train (resuming from --out), export; returns the exit status."""
+    rank = int(os.environ.get("RANK", "0"))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    is_main = rank == 0
+    out = Path(args.out)
+    settings = dict(vars(args))
+    lock = RunLock(out)
+    try:
+        if is_main:
+            check_out_dir(out)
+            lock.acquire()
+        for note in check_resume(out, settings):
+            print(f"{PROG}: {note}", file=sys.stderr)
+        return _train_and_export(args, out, settings, is_main, world_size)
+    except (OutDirError, RunLockedError, PretrainError, NonFiniteLossError) as error:
+        raise SystemExit(f"{PROG}: {error}") from None
+    except KeyboardInterrupt as interrupt:
+        print(f"\n{PROG}: {interrupt or 'interrupted'}", file=sys.stderr)
+        return 130
+    finally:
+        lock.release()
+
+
+def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, Any], is_main: bool,
+                      world_size: int) -> int:
+    """The run itself, once the folder and the arguments are known to be usable."""
+    from . import hf
+    from .data import load_corpus
+
+    start = time.perf_counter()
+    try:
+        texts = load_corpus(args.corpus).texts
+        if len(texts) < 2:
+            raise PretrainError(f"{args.corpus} holds {len(texts)} document(s): NSP needs at least two")
+        tokenizer, vocab_path = load_tokenizer(args.vocab, texts, args.vocab_size, out, is_main)
+    except (OSError, ValueError) as error:  # a missing or unusable corpus or vocabulary: say which, no traceback
+        raise PretrainError(str(error)) from None
+    check_vocabulary(tokenizer, vocab_path, trained_here=args.vocab is None)
+    collator = MaskingCollator(tokenizer, args.mlm_probability, args.max_predictions, args.whole_word)
+    train, evaluation = build_datasets(texts, tokenizer, args, show_progress=is_main)
+    check_batches(train, args, world_size)
+    if is_main:
+        eval_note = f", {len(evaluation)} held out" if evaluation is not None else ""
+        print(f"corpus: {len(texts)} documents from {args.corpus} -> {len(train)} sentence pairs "
+              f"({train.num_tokens():,} tokens){eval_note}; vocabulary {tokenizer.vocab_size} from {vocab_path}")
+
+    torch.manual_seed(args.seed)
+    config = BertConfig.preset(args.config, vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_id,
+                               attn_implementation=args.attn, hidden_dropout_prob=args.dropout,
+                               attention_dropout_prob=args.dropout)
+    model = BertForPreTraining(config)
+    training = TrainingConfig(
+        max_steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup_ratio=args.warmup_ratio,
+        precision=args.precision, compile=args.compile, eval_every=args.eval_every, log_every=args.log_every,
+        checkpoint_every=args.checkpoint_every, out_dir=out, seed=args.seed, device=args.device,
+        progress=is_main,
+    )
+    collate = (lambda items: {**collator(items), "sparse_mlm": False}) if args.dense_mlm else collator
+    trainer = Trainer(model, training, train, collate, eval_dataset=evaluation, metrics_fn=pretraining_metrics)
+    if is_main:
+        resume = latest_checkpoint(out)
+        print(f"model: {args.config} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters), "
+              f"{trainer.device}, {trainer.precision}, {trainer.world_size} process(es), "
+              f"batch {args.batch_size * trainer.world_size} x seq {args.seq_len}")
+        print(f"checkpoints: {out.resolve()}/checkpoint-<step>.pt (every {args.checkpoint_every} steps and at the end)"
+              + (f"; resuming from {resume.name}" if resume else "; starting fresh"))
+        run = json.dumps({"args": settings, "model_config": config.to_dict()}, indent=2) + "\n"
+        atomic_write(out / "run.json", lambda tmp: tmp.write_text(run, encoding="utf-8"))
+    try:
+        history = trainer.train()
+    finally:
+        trainer.close()
+    if is_main:
+        folder = hf.save_pretrained(model, out / "pretrained", vocab_file=vocab_path)
+        atomic_write(out / "history.csv", history.frame().to_csv)
+        logged = set(history.keys())
+        last = {key: history.last(key) for key in ("loss", "mlm_accuracy", "nsp_accuracy", "tokens_per_s",
+                                                   "eval_loss", "eval_mlm_accuracy", "eval_nsp_accuracy")
+                if key in logged}
+        print(f"done: step {trainer.step} in {time.perf_counter() - start:.0f} s; "
+              + ", ".join(f"{k} {v:.4g}" for k, v in last.items()))
+        print(f"model for fine-tuning: {folder.resolve()} (bertlib.hf.from_pretrained or transformers)")
+    return 0

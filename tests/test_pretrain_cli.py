@@ -1,0 +1,82 @@
+"""python -m bertlib.pretrain: refusals up front that name the flag, resumes that keep their settings, no NaN export."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bertlib import pretrain
+from bertlib.checkpoint import list_checkpoints
+from bertlib.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
+from bertlib.wordpiece_trainer import train_wordpiece
+
+TOPICS = ["river", "garden", "engine", "market", "winter", "library", "harbor", "forest"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """Eight short made-up documents, one per file."""
+    folder = tmp_path_factory.mktemp("corpus")
+    for index, topic in enumerate(TOPICS):
+        sentences = [f"The {topic} was quiet on day {day}. People walked near the {topic} and talked." for day in
+                     range(6)]
+        (folder / f"{index:02d}_{topic}.txt").write_text(" ".join(sentences), encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def vocab(corpus, tmp_path_factory):
+    """A small WordPiece vocabulary of the corpus, written once."""
+    texts = [path.read_text(encoding="utf-8") for path in sorted(corpus.glob("*.txt"))]
+    path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+    WordPieceTokenizer(train_wordpiece(texts, 120, show_progress=False)).save_vocab(path)
+    return path
+
+
+def run(corpus, vocab, out, *extra: str) -> int:
+    """The CLI on the tiny model, in this process."""
+    return pretrain.main(["--config", "tiny", "--corpus", str(corpus), "--vocab", str(vocab), "--out", str(out),
+                          "--steps", "3", "--batch-size", "4", "--seq-len", "32", "--dupe-factor", "1",
+                          "--eval-fraction", "0", "--checkpoint-every", "1", "--log-every", "1", "--device", "cpu",
+                          *extra])
+
+
+def test_a_corpus_too_small_for_one_batch_names_the_flags(corpus, vocab, tmp_path):
+    with pytest.raises(SystemExit, match="fewer than one batch of --batch-size 500.*--dupe-factor"):
+        run(corpus, vocab, tmp_path / "run", "--batch-size", "500")
+    assert not list_checkpoints(tmp_path / "run")
+
+
+def test_a_vocabulary_of_special_tokens_only_names_the_flag(corpus, tmp_path):
+    specials = tmp_path / "vocab.txt"
+    specials.write_text("\n".join([*SPECIAL_TOKENS, "[unused0]"]) + "\n")
+    with pytest.raises(SystemExit, match="only special tokens.*--vocab"):
+        run(corpus, specials, tmp_path / "run")
+
+
+def test_an_out_path_that_is_a_file_is_refused(corpus, vocab, tmp_path):
+    (tmp_path / "taken").write_text("x")
+    with pytest.raises(SystemExit, match="is a file"):
+        run(corpus, vocab, tmp_path / "taken")
+
+
+def test_a_resume_with_another_lr_is_refused_and_more_steps_reported(corpus, vocab, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert run(corpus, vocab, out) == 0
+    assert (out / "pretrained" / "model.safetensors").is_file() and not (out / ".lock").exists()
+    with pytest.raises(SystemExit, match="--lr was 0.0001, now 0.001"):
+        run(corpus, vocab, out, "--lr", "1e-3")
+    capsys.readouterr()
+    with pytest.warns(UserWarning, match="decays to 0 at step 4"):
+        assert run(corpus, vocab, out, "--steps", "4") == 0
+    assert "--steps was 3, now 4" in capsys.readouterr().err
+    assert json.loads((out / "run.json").read_text())["args"]["steps"] == 4
+    assert list_checkpoints(out)[-1].name == "checkpoint-4.pt"
+
+
+def test_a_diverging_run_fails_and_exports_nothing(corpus, vocab, tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit, match=r"step \d+: loss is nan"):
+        run(corpus, vocab, out, "--lr", "1e9", "--steps", "8", "--warmup-ratio", "0")
+    assert not (out / "pretrained").exists()

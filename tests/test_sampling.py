@@ -1,0 +1,91 @@
+"""bertlib.sampling: random and length-grouped batches, sharded over processes without padding or repeats."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from bertlib.sampling import BatchSampler, LengthGroupedBatchSampler, RandomBatchSampler, sequential_batches
+
+
+def epoch_batches(sampler, epoch: int = 0) -> list[list[int]]:
+    """The batches of one epoch."""
+    sampler.set_epoch(epoch)
+    return list(sampler)
+
+
+def test_random_batches_cover_a_permutation_and_drop_the_partial_batch():
+    sampler = RandomBatchSampler(10, batch_size=4, seed=3)
+    batches = epoch_batches(sampler)
+    assert len(sampler) == len(batches) == 2 and all(len(b) == 4 for b in batches)
+    flat = [i for b in batches for i in b]
+    assert len(set(flat)) == 8
+    expected = torch.randperm(10, generator=torch.Generator().manual_seed(3)).tolist()[:8]
+    assert flat == expected  # seed + epoch, as DistributedSampler draws it
+    assert epoch_batches(sampler, 1) != batches
+    assert epoch_batches(sampler, 0) == batches
+    assert epoch_batches(RandomBatchSampler(10, 4, shuffle=False)) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+@pytest.mark.parametrize("num_examples, world_size", [(10, 3), (33, 2), (40, 4)])
+def test_sharded_random_batches_repeat_nothing_and_match_one_big_batch(num_examples, world_size):
+    batch_size = 2
+    shards = []
+    for rank in range(world_size):
+        sampler = RandomBatchSampler(num_examples, batch_size, seed=1)
+        sampler.set_shard(rank, world_size)
+        shards.append(epoch_batches(sampler, 2))
+    assert len({len(s) for s in shards}) == 1  # every process runs the same number of steps
+    seen = [i for shard in shards for batch in shard for i in batch]
+    assert len(seen) == len(set(seen))  # DistributedSampler pads, and repeats examples; this does not
+    single = epoch_batches(RandomBatchSampler(num_examples, batch_size * world_size, seed=1), 2)
+    assert len(single) == len(shards[0])
+    for step, big in enumerate(single):  # the processes' batches of a step are the one big batch
+        assert sorted(i for shard in shards for i in shard[step]) == sorted(big)
+
+
+def test_length_grouped_batches_group_lengths_and_keep_every_index():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(3, 200, size=203)
+    sampler = LengthGroupedBatchSampler(lengths, batch_size=8, bucket_batches=5, seed=0)
+    batches = epoch_batches(sampler)
+    assert sorted(i for b in batches for i in b) == list(range(203))
+    assert len(batches) == len(sampler)
+    spread = np.mean([np.ptp(lengths[b]) for b in batches])
+    random_spread = np.mean([np.ptp(lengths[b]) for b in np.array_split(rng.permutation(203), len(batches))])
+    assert spread < random_spread / 3
+    assert epoch_batches(sampler, 1) != batches
+
+
+def test_sharded_length_grouped_batches_repeat_nothing():
+    lengths = np.arange(50) % 17
+    shards = []
+    for rank in range(3):
+        sampler = LengthGroupedBatchSampler(lengths, batch_size=4, bucket_batches=2, seed=5)
+        sampler.set_shard(rank, 3)
+        shards.append(epoch_batches(sampler, 1))
+    assert len({len(s) for s in shards}) == 1
+    seen = [i for shard in shards for batch in shard for i in batch]
+    assert len(seen) == len(set(seen))
+
+
+def test_settings_say_what_decides_the_batches():
+    lengths = [5, 9, 3, 7] * 5
+    base = LengthGroupedBatchSampler(lengths, 4).settings()
+    assert base == LengthGroupedBatchSampler(list(lengths), 4).settings()
+    assert base != LengthGroupedBatchSampler([min(n, 6) for n in lengths], 4).settings()  # another max_len
+    assert base != LengthGroupedBatchSampler(lengths, 2).settings()
+    assert RandomBatchSampler(20, 4).settings() != RandomBatchSampler(20, 4, seed=1).settings()
+    for sampler in (RandomBatchSampler(20, 4), LengthGroupedBatchSampler(lengths, 4)):
+        assert isinstance(sampler, BatchSampler)
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match="batch_size"):
+        RandomBatchSampler(10, 0)
+    with pytest.raises(ValueError, match="rank"):
+        RandomBatchSampler(10, 2).set_shard(2, 2)
+    with pytest.raises(ValueError, match="bucket_batches"):
+        LengthGroupedBatchSampler([1, 2], 2, bucket_batches=0)
+    assert sequential_batches(5, 2) == [[0, 1], [2, 3], [4]]

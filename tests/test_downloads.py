@@ -1,0 +1,291 @@
+"""bertlib.downloads: the real download code against a local stand-in for the hub (tests/hub_server.py).
+
+Every parquet file here is written by the test with made-up text. HF_ENDPOINT points at the local server
+and HF_HOME / HF_HUB_CACHE at a fresh folder, so nothing leaves 127.0.0.1 and no test shares a cache.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import sys
+from pathlib import Path
+
+import huggingface_hub.constants
+import pandas as pd
+import pytest
+from hub_server import LocalHub
+
+from bertlib import downloads
+from bertlib.data import COLUMNS, LABELS, DataError
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+JIGSAW = downloads.JIGSAW_FILE
+WIKI = downloads.WIKITEXT_FOLDER
+
+
+def parquet_bytes(columns: dict[str, list]) -> bytes:
+    """A parquet file's bytes holding `columns`."""
+    buffer = io.BytesIO()
+    pq.write_table(pa.table(columns), buffer)
+    return buffer.getvalue()
+
+
+def synthetic_comments(rows: int = 6) -> dict[str, list]:
+    """Made-up comments in the Jigsaw schema, plus an index column that the reader must leave out."""
+    columns: dict[str, list] = {"id": [f"c{k:04d}" for k in range(rows)],
+                                "comment_text": [f"synthetic comment number {k}" for k in range(rows)]}
+    for j, label in enumerate(LABELS):
+        columns[label] = [int((k + j) % 3 == 0) for k in range(rows)]
+    columns["__index_level_0__"] = list(range(rows))
+    return columns
+
+
+def wiki_lines(*lines: str) -> bytes:
+    """A WikiText parquet file: one `text` column, lines ending in a newline as in the real files."""
+    return parquet_bytes({"text": [line + "\n" if line else "" for line in lines]})
+
+
+SHARD_0 = wiki_lines("", " = Alpha Article = ", "", " Alpha has 1 @,@ 000 words and a state @-@ of @-@ art idea . ",
+                     "", " = = Early years = = ", "", " A second paragraph of alpha . ", "",
+                     " = Beta = ", " Beta is 3 @.@ 5 metres long . ", " = = = Deeper = = = ", " Still beta . ",
+                     " = Gamma = ", " Gamma starts in the first file . ")
+SHARD_1 = wiki_lines(" Gamma ends in the second file . ", "", " = Empty Title = ", "", " = = Only a section = = ",
+                     " = Delta = ", " Delta closes the split . ")
+VALIDATION = wiki_lines(" = Validation Article = ", " Held out text . ")
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch):
+    """A running local hub with the synthetic files, HF_ENDPOINT pointing at it and an empty HF cache."""
+    server = LocalHub()
+    server.add(downloads.JIGSAW_REPO, JIGSAW, parquet_bytes(synthetic_comments()))
+    train_0, train_1 = downloads.WIKITEXT_FILES["train"]
+    server.add(downloads.WIKITEXT_REPO, f"{WIKI}/{train_0}", SHARD_0)
+    server.add(downloads.WIKITEXT_REPO, f"{WIKI}/{train_1}", SHARD_1)
+    server.add(downloads.WIKITEXT_REPO, f"{WIKI}/{downloads.WIKITEXT_FILES['validation'][0]}", VALIDATION)
+    server.start()
+    monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    monkeypatch.setenv("BERTLIB_DOWNLOADS", "1")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    # huggingface_hub reads HF_HUB_OFFLINE once, at import: the test runner's own setting must not leak in.
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    yield server
+    server.stop()
+
+
+def cached_blob(tmp_path: Path, filename: str) -> Path:
+    """The file in the HF cache that a snapshot path of `filename` points to."""
+    matches = [path for path in (tmp_path / "hf" / "hub").rglob(filename) if "snapshots" in path.parts]
+    assert len(matches) == 1, matches
+    return matches[0].resolve()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Downloading, the cache, offline and a hub that is down
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_download_gives_the_jigsaw_schema_and_says_where_from(hub, capsys):
+    frame = downloads.jigsaw_comments()
+    expected = pd.DataFrame(synthetic_comments()).drop(columns="__index_level_0__")
+    assert list(frame.columns) == list(COLUMNS)
+    assert all(frame[label].dtype == "int64" for label in LABELS)
+    pd.testing.assert_frame_equal(frame, expected, check_dtype=False)
+    said = capsys.readouterr().out
+    assert "downloaded" in said and JIGSAW in said and hub.endpoint in said
+    assert hub.gets(JIGSAW) == 1
+
+
+def test_second_call_uses_the_cache_without_downloading_again(hub, capsys):
+    first = downloads.jigsaw_file()
+    second = downloads.jigsaw_file()
+    assert first == second
+    assert hub.gets(JIGSAW) == 1
+    assert "using the cached" in capsys.readouterr().out.splitlines()[-1]
+
+
+def test_offline_with_a_warm_cache_reads_the_cache_without_any_request(hub, monkeypatch, capsys):
+    downloads.jigsaw_comments()
+    hub.requests.clear()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    frame = downloads.jigsaw_comments()
+    assert len(frame) == len(synthetic_comments()["id"])
+    assert hub.requests == []
+    assert "HF_HUB_OFFLINE" in capsys.readouterr().out.splitlines()[-1]
+
+
+def test_offline_with_a_cold_cache_returns_none_and_says_why(hub, monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert downloads.jigsaw_comments() is None
+    said = capsys.readouterr().out.strip().splitlines()
+    assert len(said) == 1 and "HF_HUB_OFFLINE" in said[0] and "no copy" in said[0]
+    assert hub.requests == []
+
+
+def test_a_hub_that_is_down_returns_none_or_the_cached_copy(hub, capsys):
+    hub.stop()
+    assert downloads.jigsaw_comments() is None
+    assert "cannot be reached" in capsys.readouterr().out
+
+
+def test_a_hub_that_goes_down_after_a_download_leaves_the_cache_usable(hub, capsys):
+    downloads.jigsaw_file()
+    hub.stop()
+    assert downloads.jigsaw_comments() is not None
+    said = capsys.readouterr().out.splitlines()[-1]
+    assert "using the cached" in said and "cannot be reached" in said
+
+
+def test_downloads_switched_off_use_neither_the_hub_nor_its_cache(hub, monkeypatch, capsys):
+    assert downloads.wikitext_documents("validation") is not None
+    hub.requests.clear()
+    monkeypatch.setenv("BERTLIB_DOWNLOADS", "0")
+    assert downloads.wikitext_documents("validation") is None
+    assert hub.requests == []
+    assert "BERTLIB_DOWNLOADS=0" in capsys.readouterr().out.splitlines()[-1]
+
+
+def test_a_moved_dataset_returns_none_and_names_the_setting(hub, capsys):
+    assert downloads.jigsaw_comments(repo_id="someone/moved-away") is None
+    assert downloads.jigsaw_comments(filename="data/renamed.parquet") is None
+    said = capsys.readouterr().out.splitlines()
+    assert len(said) == 2 and all("not found" in line and "BERTLIB_JIGSAW_REPO" in line for line in said)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Corrupt and incomplete files are errors that name the file
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_a_corrupt_file_from_the_hub_is_an_error_naming_it(hub):
+    good = parquet_bytes(synthetic_comments())
+    hub.add(downloads.JIGSAW_REPO, JIGSAW, good[: len(good) // 2])
+    with pytest.raises(DataError, match=r"train-00000-of-00001\.parquet.*not a readable parquet file"):
+        downloads.jigsaw_comments()
+
+
+def test_a_cached_copy_that_was_cut_short_is_an_error_online_and_offline(hub, tmp_path, monkeypatch):
+    downloads.jigsaw_file()
+    blob = cached_blob(tmp_path, "train-00000-of-00001.parquet")
+    size = blob.stat().st_size
+    blob.write_bytes(blob.read_bytes()[: size - 100])
+    with pytest.raises(DataError, match=rf"{size - 100} bytes, but the hub says .*{JIGSAW} has {size}"):
+        downloads.jigsaw_comments()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(DataError, match=r"train-00000-of-00001\.parquet.*not a readable parquet file") as error:
+        downloads.jigsaw_comments()
+    Path(re.search(r"delete (\S+) and run again", str(error.value)).group(1)).unlink()  # what the message says
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    assert len(downloads.jigsaw_comments()) == len(synthetic_comments()["id"])
+    assert hub.gets(JIGSAW) == 2
+
+
+def test_a_download_shorter_than_the_hub_announced_is_an_error(hub):
+    content = parquet_bytes(synthetic_comments())
+    hub.add(downloads.JIGSAW_REPO, JIGSAW, content, advertised_size=len(content) + 10)
+    with pytest.raises(DataError, match=rf"{JIGSAW}.*downloading .* failed"):
+        downloads.jigsaw_comments()
+
+
+def test_the_jigsaw_schema_is_checked(hub):
+    wrong = synthetic_comments()
+    del wrong["threat"]
+    hub.add(downloads.JIGSAW_REPO, JIGSAW, parquet_bytes(wrong))
+    with pytest.raises(DataError, match=r"missing column\(s\) \['threat'\]"):
+        downloads.jigsaw_comments()
+
+
+def test_a_label_other_than_0_or_1_names_the_row_and_column(tmp_path):
+    columns = synthetic_comments()
+    columns["insult"][3] = 2
+    path = tmp_path / "comments.parquet"
+    path.write_bytes(parquet_bytes(columns))
+    with pytest.raises(DataError, match=r"comments\.parquet, column 'insult': label 2 in data row 4 is not 0 or 1"):
+        downloads.read_jigsaw_parquet(path)
+
+
+def test_a_missing_id_names_the_row(tmp_path):
+    columns = synthetic_comments()
+    columns["id"][2] = None
+    path = tmp_path / "comments.parquet"
+    path.write_bytes(parquet_bytes(columns))
+    with pytest.raises(DataError, match=r"column 'id': missing value in data row 3"):
+        downloads.read_jigsaw_parquet(path)
+
+
+def test_a_parquet_file_without_rows_is_an_error(tmp_path):
+    path = tmp_path / "empty.parquet"
+    path.write_bytes(parquet_bytes({column: pa.array([], pa.string()) for column in COLUMNS}))
+    with pytest.raises(DataError, match="without rows"):
+        downloads.read_jigsaw_parquet(path)
+
+
+def test_without_pyarrow_the_error_says_how_to_install_it_before_downloading(hub, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    with pytest.raises(ImportError, match="pip install"):
+        downloads.jigsaw_comments()
+    assert hub.requests == []
+
+
+# ---------------------------------------------------------------------------------------------------------
+# WikiText-103: one document per article
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_wikitext_is_cut_into_articles_at_level_one_headings_only(hub):
+    corpus = downloads.wikitext_documents("train")
+    titles = [doc.doc_id.split(" ", 1)[1] for doc in corpus]
+    assert titles == ["Alpha Article", "Beta", "Gamma", "Delta"]
+    assert corpus.skipped == [f"{WIKI}/train#4 Empty Title"]
+    alpha, beta, gamma, _ = corpus.documents
+    assert alpha.text == ("Alpha has 1,000 words and a state-of-art idea .\n\nA second paragraph of alpha .")
+    assert beta.text == "Beta is 3.5 metres long .\n\nStill beta ."
+    assert gamma.text == "Gamma starts in the first file .\n\nGamma ends in the second file ."
+    assert all("=" not in doc.text and "\n\n\n" not in doc.text for doc in corpus)
+    assert corpus.files == 2 and "Salesforce/wikitext" in corpus.source
+
+
+def test_wikitext_max_documents_fetches_only_the_files_it_needs(hub):
+    corpus = downloads.wikitext_documents("train", max_documents=2)
+    assert [doc.doc_id for doc in corpus] == [f"{WIKI}/train#1 Alpha Article", f"{WIKI}/train#2 Beta"]
+    assert hub.gets(downloads.WIKITEXT_FILES["train"][1]) == 0 and corpus.files == 1
+
+
+def test_wikitext_validation_and_bad_arguments(hub):
+    assert downloads.wikitext_documents("validation").texts == ["Held out text ."]
+    with pytest.raises(ValueError, match="split must be one of"):
+        downloads.wikitext_documents("dev")
+    with pytest.raises(ValueError, match="at least 1"):
+        downloads.wikitext_documents(max_documents=0)
+
+
+def test_wikitext_articles_keeps_text_before_the_first_heading():
+    documents = list(downloads.wikitext_articles([" Orphan line . ", " = Title = ", " Body . "], id_prefix="w"))
+    assert [(doc.doc_id, doc.text) for doc in documents] == [("w#1 (untitled)", "Orphan line ."),
+                                                             ("w#2 Title", "Body .")]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Comments as unlabelled pretraining text
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_comments_become_documents_minus_the_evaluation_ids_with_empties_listed():
+    frame = pd.DataFrame({"id": ["a", "b", "c", "d"], "comment_text": ["first words", "  ", "held out", None]})
+    corpus = downloads.comments_to_corpus(frame, "made-up", exclude_ids=["c"])
+    assert [(doc.doc_id, doc.text) for doc in corpus] == [("a", "first words")]
+    assert corpus.skipped == ["b", "d"] and corpus.source == "made-up"
+
+
+def test_kaggle_comment_documents_reads_the_competition_folder(tmp_path):
+    assert downloads.kaggle_comment_documents(tmp_path) is None
+    frame = pd.DataFrame(synthetic_comments(4)).drop(columns="__index_level_0__")
+    frame.to_csv(tmp_path / "train.csv", index=False)
+    corpus = downloads.kaggle_comment_documents(tmp_path, exclude_ids={"c0001"})
+    assert [doc.doc_id for doc in corpus] == ["c0000", "c0002", "c0003"]
+    assert corpus.texts[0] == "synthetic comment number 0"

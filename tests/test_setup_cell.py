@@ -1,0 +1,187 @@
+"""The setup cell, run as a learner meets it: a fresh interpreter, offline, bertlib not importable.
+
+Each run is a new IPython shell (what a notebook kernel runs cells in) inside a virtual environment that
+sees this machine's packages but not bertlib: its finders are removed before the cell runs, so the cell
+must find or clone the course itself. "Offline": pip gets no index, git cannot reach any https address
+(a proxy on a closed port), and the hub is off. The repository is a throwaway git repository of this
+checkout's files, reached by a file:// address; HOME is a temporary folder, so the clone lands there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from bertlib import course, setup_cell
+
+ROOT = Path(__file__).resolve().parent.parent
+UNREACHABLE = "https://github.com/bert-from-scratch/no-such-course"
+
+RUN_CELL = textwrap.dedent('''
+    import importlib.util, json, os, subprocess, sys
+    from importlib.machinery import PathFinder
+
+    def finds_bertlib(finder):
+        try:
+            return finder.find_spec("bertlib", None) is not None
+        except Exception:
+            return False
+
+    # Hide every bertlib this interpreter could import: the editable install's finder and any folder on sys.path.
+    sys.meta_path[:] = [f for f in sys.meta_path if f is PathFinder or not finds_bertlib(f)]
+    sys.path[:] = [p for p in sys.path if not os.path.isdir(os.path.join(p or ".", "bertlib"))]
+    assert importlib.util.find_spec("bertlib") is None, "bertlib is still importable"
+
+    from IPython.core.interactiveshell import InteractiveShell
+    shell = InteractiveShell.instance(colors="NoColor")
+    result = shell.run_cell(open(sys.argv[1]).read())
+    bertlib = sys.modules.get("bertlib")
+    child = subprocess.run([sys.executable, "-c", "import bertlib; print(bertlib.__file__)"], capture_output=True,
+                           text=True).stdout.strip() if result.success else None  # what a `!python ...` would import
+    print("REPORT " + json.dumps({"ok": result.success, "bertlib": getattr(bertlib, "__file__", None),
+                                  "child": child, "device": str(shell.user_ns.get("device"))}))
+''')
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory) -> dict[str, Path]:
+    """A venv seeing this machine's packages, an empty HOME and working folder, and a git repository of the course."""
+    root = tmp_path_factory.mktemp("setup-cell")
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    repository = root / "repository"
+    for name in ("bertlib", "data"):
+        shutil.copytree(ROOT / name, repository / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("requirements.txt", "pyproject.toml"):
+        shutil.copy(ROOT / name, repository / name)
+    git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.invalid", "-C", str(repository)]
+    subprocess.run([*git, "init", "--quiet"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "--quiet", "-m", "the course"], check=True)
+    (root / "cell.py").write_text(setup_cell.cell_source(), encoding="utf-8")
+    (root / "run_cell.py").write_text(RUN_CELL, encoding="utf-8")
+    return {"root": root, "python": venv / "bin" / "python", "repository": repository}
+
+
+def run_setup_cell(sandbox: dict[str, Path], home: Path, repo: str) -> tuple[dict, str]:
+    """Run the canonical cell in a fresh, offline interpreter; returns its report and everything it printed."""
+    work = home / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("BERTLIB_REPO", "PYTHON"))}
+    env.update(HOME=str(home), BERTLIB_REPO=repo, PIP_NO_INDEX="1", HF_HUB_OFFLINE="1", BERTLIB_DOWNLOADS="0",
+               BERTLIB_ARTIFACTS=str(home / "artifacts"), GIT_TERMINAL_PROMPT="0", GIT_CONFIG_COUNT="1",
+               GIT_CONFIG_KEY_0="http.proxy", GIT_CONFIG_VALUE_0="http://127.0.0.1:9")
+    result = subprocess.run([str(sandbox["python"]), str(sandbox["root"] / "run_cell.py"),
+                             str(sandbox["root"] / "cell.py")],
+                            cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    output = result.stdout + result.stderr
+    reports = [line for line in result.stdout.splitlines() if line.startswith("REPORT ")]
+    assert result.returncode == 0 and reports, output
+    return json.loads(reports[-1].removeprefix("REPORT ")), output
+
+
+def test_the_cell_clones_a_file_url_installs_and_imports_bertlib_then_reuses_the_clone(sandbox, tmp_path):
+    home = tmp_path / "home"
+    clone = home / "bert-from-scratch"
+    (clone / "bertlib").mkdir(parents=True)  # what a clone cut short by an older setup cell leaves behind
+    (home / "bert-from-scratch.partial" / "junk").mkdir(parents=True)
+
+    report, output = run_setup_cell(sandbox, home, sandbox["repository"].as_uri())
+    assert report["ok"], output
+    assert report["bertlib"] == report["child"] == str(clone / "bertlib" / "__init__.py"), output
+    assert report["device"] == "cpu", output
+    assert not (home / "bert-from-scratch.partial").exists()
+    assert "Traceback" not in output, output
+    assert "data: the course's sample comments" in output, output
+
+    (clone / "marker").write_text("kept")  # the second run must use this clone, not clone again
+    report, output = run_setup_cell(sandbox, home, UNREACHABLE)
+    assert report["ok"], output
+    assert report["bertlib"] == str(clone / "bertlib" / "__init__.py"), output
+    assert (clone / "marker").read_text() == "kept"
+
+
+def test_the_cell_uses_a_folder_holding_the_course(sandbox, tmp_path):
+    report, output = run_setup_cell(sandbox, tmp_path / "home", str(sandbox["repository"]))
+    assert report["ok"], output
+    assert report["bertlib"] == str(sandbox["repository"] / "bertlib" / "__init__.py"), output
+    assert not (tmp_path / "home" / "bert-from-scratch").exists()
+
+
+def test_without_a_source_the_cell_stops_with_one_paragraph_and_no_traceback(sandbox, tmp_path):
+    report, output = run_setup_cell(sandbox, tmp_path / "home", UNREACHABLE)
+    assert not report["ok"] and report["bertlib"] is None
+    assert "Traceback" not in output and 'File "' not in output, output
+    message = output[output.index("Setup stopped:"):output.index("REPORT")].strip()
+    assert "127.0.0.1" in message.splitlines()[0], message  # git's own reason, in one line
+    for advice in ("turn on Internet", "BERTLIB_REPO", "upload the repository folder", UNREACHABLE):
+        assert advice in message, message
+    assert len(message.splitlines()) == 2, message  # the reason, then one paragraph
+
+
+# ---------------------------------------------------------------------------------------------------------
+# One text, one address
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_the_cell_is_valid_python_with_the_address_in_one_place():
+    source = setup_cell.cell_source("https://example.invalid/fork.git")
+    compile(source, "<setup cell>", "exec")
+    assert source.count("https://example.invalid/fork.git") == 1
+    assert setup_cell.REPOSITORY not in source
+    assert setup_cell.cell_source().startswith("# Setup")
+
+
+def test_readme_gives_the_repository_address_of_the_setting():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert setup_cell.REPOSITORY in readme
+    assert setup_cell.colab_url("notebooks/00_introduction.ipynb") in readme
+    addresses = set(re.findall(r"https://github\.com/[\w.-]+/[\w.-]+", readme))
+    examples = {address for address in addresses if address.startswith("https://github.com/you/")}
+    assert addresses - examples == {setup_cell.REPOSITORY}, "README.md names another repository address"
+
+
+def test_every_notebook_opens_with_the_canonical_setup_cell():
+    stale = [path.relative_to(ROOT).as_posix() for path in setup_cell.notebook_paths()
+             if setup_cell.setup_cell_of(nbformat.read(path, as_version=4)).source != setup_cell.cell_source()]
+    assert not stale, f"run python -m bertlib.setup_cell --write-notebooks; stale: {stale}"
+
+
+def test_write_notebooks_replaces_only_the_setup_cell(tmp_path):
+    original = course.notebook_paths()[0]
+    copy = tmp_path / original.name
+    shutil.copy(original, copy)
+    before = nbformat.read(copy, as_version=4)
+    setup_cell.setup_cell_of(before).source = "# Setup (an old version)\nprint('old')"
+    nbformat.write(before, copy)
+
+    assert setup_cell.write_notebooks([copy], repository="https://example.invalid/fork") == [copy]
+    after = nbformat.read(copy, as_version=4)
+    cell = setup_cell.setup_cell_of(after)
+    assert cell.source == setup_cell.cell_source("https://example.invalid/fork")
+    assert cell.id == setup_cell.setup_cell_of(before).id
+    assert [c.source for c in after.cells if c is not cell] == [c.source for c in before.cells
+                                                               if c is not setup_cell.setup_cell_of(before)]
+    assert setup_cell.write_notebooks([copy], repository="https://example.invalid/fork") == []
+
+
+def test_a_notebook_without_a_setup_cell_is_named_in_the_error(tmp_path):
+    path = tmp_path / "00_x.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(1)")]), path)
+    with pytest.raises(ValueError, match="00_x.ipynb.*# Setup"):
+        setup_cell.write_notebooks([path])
+
+
+def test_host_pins_name_the_installed_versions_and_skip_missing_packages():
+    from importlib import metadata
+
+    assert setup_cell.host_pins(("torch", "no-such-package-bertlib")) == [f"torch=={metadata.version('torch')}"]

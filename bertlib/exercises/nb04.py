@@ -1,0 +1,440 @@
+"""Exercises of notebook 04: attention (a stable softmax, masked scaled dot-product attention, heads).
+
+The learner writes a numerically stable softmax, scaled dot-product attention with a boolean key-padding
+mask that stays finite in float16, the two reshapes that split a hidden vector into heads and merge them
+back, and BERT's multi-head self-attention from the weights of a bertlib layer. The references are
+torch.softmax, bertlib.attention.eager_attention with bertlib.attention.padding_mask, and bertlib's
+MultiHeadSelfAttention (Vaswani et al. 2017, eq. 1 and section 3.2.2).
+
+Conventions accepted: any precision of computation; a sequence whose keys are all padding may return any
+finite output (uniform weights, the mask dropped, zeros); the outputs at padded query positions are never
+read by BERT, so any finite value is accepted there too. Everything else is compared with the reference.
+
+Leaves out: dropout on the attention weights (the checks run the layer in eval mode) and causal masks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from bertlib.attention import MultiHeadSelfAttention, eager_attention, padding_mask
+from bertlib.config import BertConfig
+
+from . import Fail, _describe, call, diagnose, exercise, expect_close, expect_equal
+
+Mistakes = list[tuple[str, Callable[[], Any]]]
+
+
+def _normal(rng: np.random.Generator, shape: tuple[int, ...], scale: float = 1.0,
+            dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.from_numpy(rng.normal(scale=scale, size=shape)).to(dtype)
+
+
+def _key_mask(lengths: list[int], seq_len: int) -> torch.Tensor:
+    """(batch, seq) bool, True at the first `length` positions of each row (real tokens), False after."""
+    return torch.arange(seq_len)[None, :] < torch.tensor(lengths)[:, None]
+
+
+def _tensor_of_shape(case: str, got: Any, shape: tuple[int, ...], hint: str = "") -> torch.Tensor:
+    """The learner's output as a detached tensor, after checking its type and shape."""
+    if isinstance(got, np.ndarray):
+        got = torch.from_numpy(got)
+    if not isinstance(got, torch.Tensor):
+        raise Fail(case, f"expected a Tensor of shape {shape}, got {_describe(got)}", hint)
+    if tuple(got.shape) != shape:
+        raise Fail(case, f"expected shape {shape}, got shape {tuple(got.shape)}", hint)
+    return got.detach()
+
+
+def _name_mistake(got: Any, expected: Any, mistakes: Mistakes) -> str:
+    """diagnose(), skipping the mistakes that give the right answer on this input: they cannot be the cause."""
+    distinct = []
+    for hint, wrong in mistakes:
+        try:
+            output = wrong()
+        except Exception:  # a mistake that cannot run on this input cannot be the learner's
+            continue
+        if not diagnose(output, [("right", lambda: expected)]):
+            distinct.append((hint, lambda output=output: output))
+    return diagnose(got, distinct)
+
+
+# --------------------------------------------------------------------------------------------------
+# 04.softmax
+# --------------------------------------------------------------------------------------------------
+
+SOFTMAX_HINT = ("softmax over the last axis: e = exp(s - s.amax(-1, keepdim=True)), then "
+                "e / e.sum(-1, keepdim=True); every row sums to 1")
+OVERFLOW_HINT = ("exp(s) overflowed (or underflowed to 0/0): subtract each row's max before exp; "
+                 "softmax(s) = softmax(s - max) exactly, and then the largest exp is exp(0) = 1")
+
+
+def _softmax_mistakes(scores: torch.Tensor) -> Mistakes:
+    def stable_exp() -> torch.Tensor:
+        return (scores - scores.amax(-1, keepdim=True)).exp()
+
+    def naive() -> torch.Tensor:
+        e = scores.exp()
+        return e / e.sum(-1, keepdim=True)
+
+    def global_max() -> torch.Tensor:
+        e = (scores - scores.max()).exp()
+        return e / e.sum(-1, keepdim=True)
+
+    return [
+        ("you normalised over the wrong axis: each row, the LAST axis (dim=-1), must sum to 1",
+         lambda: scores.softmax(-2)),
+        ("you normalised over the first axis: each row, the LAST axis (dim=-1), must sum to 1",
+         lambda: scores.softmax(0)),
+        ("the row sums lost their axis: without keepdim=True, e / e.sum(-1) divides column j by the sum of row j; "
+         "write e.sum(-1, keepdim=True)", lambda: stable_exp() / stable_exp().sum(-1)),
+        ("you divided by the sum over the whole tensor: each row is divided by its own sum (dim=-1, keepdim=True)",
+         lambda: stable_exp() / stable_exp().sum()),
+        ("you returned exp(s - max) without dividing by the row sums", stable_exp),
+        ("you returned log-probabilities (log_softmax): return the weights themselves",
+         lambda: scores.log_softmax(-1)),
+        (OVERFLOW_HINT, naive),
+        ("you subtracted the max of the whole tensor: a row far below it underflows to 0/0 = NaN; subtract each "
+         "row's own max, s.amax(-1, keepdim=True)", global_max),
+    ]
+
+
+def _check_softmax_case(case: str, solution, scores: torch.Tensor, atol: float = 1e-6, rtol: float = 1e-4) -> None:
+    expected = scores.float().softmax(-1)
+    got = _tensor_of_shape(case, call(solution, scores.clone()), tuple(scores.shape), SOFTMAX_HINT)
+    hint = _name_mistake(got, expected, _softmax_mistakes(scores))
+    if not hint and not torch.isfinite(got).all():
+        hint = OVERFLOW_HINT
+    expect_close(case, expected, got, atol=atol, rtol=rtol, hint=hint or SOFTMAX_HINT)
+
+
+@exercise("04.softmax", "A numerically stable softmax over the last axis",
+          "f(scores: Tensor (..., n)) -> Tensor (..., n), each row summing to 1")
+def check_softmax(solution, rng: np.random.Generator) -> None:
+    """Square and large scores, -inf entries (masked keys), float16 and a single key per row."""
+    _check_softmax_case("random scores of shape (4, 4, 4, 4)", solution, _normal(rng, (4, 4, 4, 4), 2.0))
+    large = _normal(rng, (3, 5), 2.0) + torch.tensor([[1000.0], [-1000.0], [0.0]])
+    _check_softmax_case("large scores (3, 5): row 0 near +1000, row 1 near -1000, row 2 near 0", solution, large,
+                        rtol=3e-4)  # float32 holds 1000 to 6e-5: s - logsumexp(s) is that far off, and right
+    masked = _normal(rng, (2, 4, 6), 2.0).masked_fill(~_key_mask([4, 1], 6)[:, None, :], float("-inf"))
+    _check_softmax_case("scores (2, 4, 6) with -inf at masked keys (row 0 keeps 4 keys, row 1 one key)",
+                        solution, masked)
+    half = torch.from_numpy(rng.uniform(-15, 15, size=(4, 8))).half()
+    _check_softmax_case("float16 scores (4, 8) between -15 and 15 (exp(11.1) is already float16's largest, "
+                        "65504)", solution, half, atol=2e-3, rtol=1e-2)
+    _check_softmax_case("one key per row, shape (3, 1)", solution, _normal(rng, (3, 1)))
+
+
+# --------------------------------------------------------------------------------------------------
+# 04.attention
+# --------------------------------------------------------------------------------------------------
+
+ATTENTION_HINT = ("softmax(Q Kᵀ / sqrt(head_dim)) over the keys (dim=-1), with the scores of padded KEYS "
+                  "(key_padding_mask False) set to -inf before the softmax; then the weights @ V")
+NO_SCALE_HINT = "you left out the 1/sqrt(d) scale: scores = Q Kᵀ / sqrt(head_dim), d = q.shape[-1]"
+BY_D_HINT = "you divided the scores by d; the scale is 1/sqrt(d): Q Kᵀ / math.sqrt(q.shape[-1])"
+BY_SEQ_HINT = "you scaled by the sequence length; the scale is 1/sqrt(head_dim), the width of q and k (q.shape[-1])"
+QUERY_AXIS_HINT = ("softmax over the query axis (dim=-2): each QUERY's weights over the keys must sum to 1, "
+                   "softmax(dim=-1)")
+QUERIES_MASKED_HINT = ("real tokens attend to padding: your mask blanks padded QUERIES (rows of the score matrix) "
+                       "instead of padded KEYS (columns); key_padding_mask[:, None, None, :] broadcasts over heads and "
+                       "queries")
+NO_MASK_HINT = ("real tokens attend to padding: the padded keys got weight. Set the scores of padded KEYS (columns: "
+                "key_padding_mask[:, None, None, :], False = padding) to -inf before the softmax")
+INVERTED_HINT = "the mask is inverted: True marks a real token (attend to it), False marks padding (block it)"
+AFTER_SOFTMAX_HINT = ("you zeroed the padded keys' weights after the softmax, so the rows no longer sum to 1: mask "
+                      "the scores before the softmax")
+ALL_PADDING_HINT = ("a sequence that is all padding has every score at -inf, and softmax computes 0/0 = NaN: keep "
+                    "at least one key per row (bertlib.attention.padding_mask lets an all-padding sequence attend to "
+                    "every position) or fill with torch.finfo(scores.dtype).min")
+FLOAT16_HINT = ("in float16 (largest finite value 65504) -1e9 is -inf: `(1 - mask) * -1e9` gives 0 * -inf = NaN "
+                "at the real keys, masked_fill(..., -1e9) overflows, and an all-padding row becomes 0/0 = NaN. Keep "
+                "the mask boolean: scores.masked_fill(~mask, float('-inf')) with at least one key per row "
+                "(padding_mask), or fill with torch.finfo(scores.dtype).min")
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, *, divisor: float | None = None,
+            dim: int = -1, blank: str = "keys", fill: float = float("-inf"), after_softmax: bool = False,
+            additive: str = "") -> torch.Tensor:
+    """Attention with one deliberate mistake, chosen by the keywords (the defaults are the right answer)."""
+    scores = q @ k.transpose(-2, -1) / (math.sqrt(q.shape[-1]) if divisor is None else divisor)
+    if additive:  # the classic "scores + (1 - mask) * -1e9", with -1e9 a Python float or a tensor of q's dtype
+        padding = (1 - mask.to(q.dtype))[:, None, None, :]
+        scores = scores + padding * (torch.tensor(-1e9, dtype=q.dtype) if additive == "tensor" else -1e9)
+        return scores.softmax(dim) @ v
+    where = {"keys": ~mask[:, None, None, :], "queries": ~mask[:, None, :, None], "inverted": mask[:, None, None, :],
+             "nothing": None}[blank]
+    if where is not None and not after_softmax:
+        scores = scores.masked_fill(where, fill)
+    weights = scores.softmax(dim)
+    if where is not None and after_softmax:
+        weights = weights.masked_fill(where, 0.0)
+    return weights @ v
+
+
+def _attention_mistakes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> Mistakes:
+    def attend(**mistake: Any) -> Callable[[], torch.Tensor]:
+        return lambda: _attend(q, k, v, mask, **mistake)
+
+    inf = float("-inf")
+    return [
+        (FLOAT16_HINT, attend(additive="tensor")),
+        (NO_SCALE_HINT, attend(divisor=1.0)),
+        (BY_D_HINT, attend(divisor=q.shape[-1])),
+        (BY_SEQ_HINT, attend(divisor=math.sqrt(q.shape[-2]))),
+        (QUERY_AXIS_HINT, attend(dim=-2)),
+        (QUERY_AXIS_HINT, attend(dim=-2, fill=-1e9)),
+        (QUERIES_MASKED_HINT, attend(blank="queries")),
+        (QUERIES_MASKED_HINT, attend(blank="queries", fill=-1e9)),
+        (QUERIES_MASKED_HINT, attend(blank="queries", after_softmax=True)),
+        (QUERIES_MASKED_HINT, lambda: _attend(q, k, v, mask, blank="nothing") * mask[:, None, :, None]),
+        (NO_MASK_HINT, attend(blank="nothing")),
+        (INVERTED_HINT, attend(blank="inverted", fill=inf)),
+        (INVERTED_HINT, attend(blank="inverted", fill=-1e9)),
+        (AFTER_SOFTMAX_HINT, attend(after_softmax=True)),
+    ]
+
+
+def _call_attention(case: str, solution, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    mask: torch.Tensor) -> Any:
+    """Call the learner's attention on copies; float16's overflow error becomes a named mistake."""
+    try:
+        return call(solution, q.clone(), k.clone(), v.clone(), mask.clone())
+    except RuntimeError as error:
+        if q.dtype == torch.float16 and "overflow" in str(error):
+            raise Fail(case, f"your code raised RuntimeError: {error}", FLOAT16_HINT) from None
+        raise
+
+
+def _check_attention_case(case: str, solution, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                          mask: torch.Tensor, atol: float = 1e-5, rtol: float = 1e-4) -> None:
+    """Finite everywhere; equal to the reference at every real query of a sequence with a real key."""
+    expected = eager_attention(q.float(), k.float(), v.float(), padding_mask(mask))[0]
+    got = _tensor_of_shape(case, _call_attention(case, solution, q, k, v, mask), tuple(q.shape),
+                           "the output has the shape of q: (batch, heads, seq, head_dim)")
+    compared = (mask & mask.any(-1, keepdim=True))[:, None, :, None]  # (batch, 1, seq, 1)
+
+    def only_compared(output: torch.Tensor) -> torch.Tensor:
+        return torch.where(compared, output.double(), 0.0)
+
+    mistakes = _attention_mistakes(q, k, v, mask)
+    hint = _name_mistake(got, expected, mistakes) or _name_mistake(
+        only_compared(got), only_compared(expected),
+        [(hint, lambda wrong=wrong: only_compared(wrong())) for hint, wrong in mistakes])
+    finite = torch.isfinite(got)
+    if not finite.all():
+        position = tuple(torch.nonzero(~finite)[0].tolist())
+        batch, _, query, _ = position
+        if not mask[batch].any():
+            where, fallback = f"in sequence {batch}, whose keys are all padding", ALL_PADDING_HINT
+        elif not mask[batch, query]:
+            where, fallback = f"at a padded query of sequence {batch}", ATTENTION_HINT
+        else:
+            where, fallback = f"at a real token of sequence {batch}", ATTENTION_HINT
+        if q.dtype == torch.float16:
+            fallback = FLOAT16_HINT
+        raise Fail(case, f"non-finite value {got[position].item()} at position {position}, {where}; the output "
+                         "must be finite everywhere", hint or fallback)
+    expect_close(case, expected, torch.where(compared, got.to(expected.dtype), expected), atol=atol, rtol=rtol,
+                 hint=hint or ATTENTION_HINT)
+
+
+@exercise("04.attention", "Scaled dot-product attention with a key-padding mask, finite in float16",
+          "f(q, k, v, key_padding_mask) -> Tensor  q, k, v (batch, heads, seq, head_dim); key_padding_mask "
+          "(batch, seq) bool, True = real token; returns (batch, heads, seq, head_dim)")
+def check_attention(solution, rng: np.random.Generator) -> None:
+    """Padded float32, one key per sequence, an all-padding sequence, then float16 with all of them."""
+    def qkv(shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
+        return [_normal(rng, shape, dtype=dtype) for _ in range(3)]
+
+    _check_attention_case("float32, 3 sequences of 6 positions with 6, 4 and 1 real tokens, 2 heads, head_dim 16",
+                          solution, *qkv((3, 2, 6, 16)), _key_mask([6, 4, 1], 6))
+    _check_attention_case("float32, length 1: 2 sequences of one token, 3 heads, head_dim 8", solution,
+                          *qkv((2, 3, 1, 8)), _key_mask([1, 1], 1))
+    _check_attention_case("float32, 2 sequences of 5 positions: sequence 0 is all padding, sequence 1 has 3 real "
+                          "tokens (any finite output is accepted for sequence 0)", solution, *qkv((2, 2, 5, 8)),
+                          _key_mask([0, 3], 5))
+    _check_attention_case("float16, 3 sequences of 5 positions with 5, 2 and 0 real tokens, 2 heads, head_dim 32",
+                          solution, *qkv((3, 2, 5, 32), torch.float16), _key_mask([5, 2, 0], 5), atol=2e-2,
+                          rtol=2e-2)
+
+
+# --------------------------------------------------------------------------------------------------
+# 04.split_heads, 04.merge_heads
+# --------------------------------------------------------------------------------------------------
+
+SPLIT_HINT = ("(batch, seq, hidden) -> view(batch, seq, heads, head_dim) -> transpose(1, 2) = (batch, heads, seq, "
+              "head_dim), with head_dim = hidden // num_heads")
+SPLIT_PLAIN_VIEW_HINT = ("a plain .view(batch, heads, seq, head_dim) reinterprets the memory: each 'head' gets "
+                         "whole token vectors of other tokens. View as (batch, seq, heads, head_dim) first, then "
+                         "transpose(1, 2)")
+INTERLEAVED_SPLIT_HINT = ("head i got the columns i, i + heads, i + 2·heads ...: each head is a contiguous block of "
+                          "head_dim columns, so view(batch, seq, heads, head_dim), heads before head_dim")
+MERGE_HINT = ("(batch, heads, seq, head_dim) -> transpose(1, 2) -> reshape(batch, seq, heads * head_dim): head i "
+              "fills columns i·head_dim .. (i+1)·head_dim - 1")
+MERGE_NO_TRANSPOSE_HINT = ("you merged without transposing: reshape(batch, seq, hidden) of a (batch, heads, seq, "
+                           "head_dim) tensor mixes tokens. transpose(1, 2) to (batch, seq, heads, head_dim) first")
+INTERLEAVED_MERGE_HINT = ("the heads are interleaved (head_dim before heads): head i must fill the block of columns "
+                          "i·head_dim .. (i+1)·head_dim - 1, so reshape from (batch, seq, heads, head_dim)")
+NOT_CONTIGUOUS_HINT = ("after transpose the tensor is not contiguous, so .view cannot merge its axes: use "
+                       ".reshape(...) (or .contiguous().view(...))")
+
+
+def _split(x: torch.Tensor, heads: int) -> torch.Tensor:
+    batch, seq_len, hidden = x.shape
+    return x.view(batch, seq_len, heads, hidden // heads).transpose(1, 2)  # (batch, heads, seq, head_dim)
+
+
+def _merge(x: torch.Tensor) -> torch.Tensor:
+    batch, heads, seq_len, head_dim = x.shape
+    return x.transpose(1, 2).reshape(batch, seq_len, heads * head_dim)  # (batch, seq, hidden)
+
+
+def _split_mistakes(x: torch.Tensor, heads: int) -> Mistakes:
+    batch, seq_len, hidden = x.shape
+    return [
+        (SPLIT_PLAIN_VIEW_HINT, lambda: x.reshape(batch, heads, seq_len, hidden // heads)),
+        (INTERLEAVED_SPLIT_HINT, lambda: x.reshape(batch, seq_len, hidden // heads, heads).permute(0, 3, 1, 2)),
+    ]
+
+
+def _merge_mistakes(x: torch.Tensor) -> Mistakes:
+    batch, heads, seq_len, head_dim = x.shape
+    return [
+        (MERGE_NO_TRANSPOSE_HINT, lambda: x.reshape(batch, seq_len, heads * head_dim)),
+        (INTERLEAVED_MERGE_HINT, lambda: x.permute(0, 2, 3, 1).reshape(batch, seq_len, heads * head_dim)),
+    ]
+
+
+def _call_reshape(case: str, solution, *args: Any) -> Any:
+    """Call the learner's reshape; .view on a transposed tensor becomes a named mistake."""
+    try:
+        return call(solution, *args)
+    except RuntimeError as error:
+        if "view size is not compatible" in str(error):
+            raise Fail(case, f"your code raised RuntimeError: {error}", NOT_CONTIGUOUS_HINT) from None
+        raise
+
+
+def _numbered(*shape: int) -> torch.Tensor:
+    """0, 1, 2 ... in the given shape: a wrong reshape shows up as a wrong number at a position."""
+    return torch.arange(math.prod(shape), dtype=torch.float32).reshape(shape)
+
+
+@exercise("04.split_heads", "Split the hidden vector into heads",
+          "f(x: Tensor (batch, seq, hidden), num_heads: int) -> Tensor (batch, heads, seq, head_dim)")
+def check_split_heads(solution, rng: np.random.Generator) -> None:
+    """Numbered tensors of several shapes (so a moved value shows), one head, one token."""
+    shapes = [(2, 5, 12, 3), (3, 4, 24, 6), (1, 1, 8, 2), (2, 3, 16, 1)]
+    shapes.insert(int(rng.integers(len(shapes) + 1)), (int(rng.integers(1, 4)), int(rng.integers(2, 7)), 20, 4))
+    for batch, seq_len, hidden, heads in shapes:
+        x = _numbered(batch, seq_len, hidden)
+        case = f"x = arange reshaped to (batch {batch}, seq {seq_len}, hidden {hidden}), num_heads {heads}"
+        expected = _split(x, heads)
+        got = _tensor_of_shape(case, _call_reshape(case, solution, x.clone(), heads), tuple(expected.shape),
+                               SPLIT_HINT)
+        expect_equal(case, expected, got, _name_mistake(got, expected, _split_mistakes(x, heads)) or SPLIT_HINT)
+
+
+@exercise("04.merge_heads", "Merge the heads back into one hidden vector",
+          "f(x: Tensor (batch, heads, seq, head_dim)) -> Tensor (batch, seq, heads * head_dim)")
+def check_merge_heads(solution, rng: np.random.Generator) -> None:
+    """Numbered tensors, a transposed (non-contiguous) input as attention produces it, and the round trip."""
+    shapes = [(2, 3, 5, 4), (3, 6, 4, 4), (1, 2, 1, 4), (2, 1, 3, 16)]
+    shapes.insert(int(rng.integers(len(shapes) + 1)), (int(rng.integers(1, 4)), 4, int(rng.integers(2, 7)), 5))
+    for batch, heads, seq_len, head_dim in shapes:
+        x = _numbered(batch, heads, seq_len, head_dim)
+        case = f"x = arange reshaped to (batch {batch}, heads {heads}, seq {seq_len}, head_dim {head_dim})"
+        expected = _merge(x)
+        got = _tensor_of_shape(case, _call_reshape(case, solution, x.clone()), tuple(expected.shape), MERGE_HINT)
+        expect_equal(case, expected, got, _name_mistake(got, expected, _merge_mistakes(x)) or MERGE_HINT)
+    x = _normal(rng, (2, 5, 12))
+    case = "the round trip merge(split(x, 3)) == x, x (2, 5, 12) random; split(x) is a transposed, non-contiguous view"
+    got = _tensor_of_shape(case, _call_reshape(case, solution, _split(x, 3)), tuple(x.shape), MERGE_HINT)
+    expect_equal(case, x, got, _name_mistake(got, x, _merge_mistakes(_split(x, 3))) or MERGE_HINT)
+
+
+# --------------------------------------------------------------------------------------------------
+# 04.multi_head_attention
+# --------------------------------------------------------------------------------------------------
+
+MHA_HINT = ("qkv = layer.qkv(x) holds [Q | K | V] (each hidden wide): chunk(3, dim=-1), split each into "
+            "layer.num_heads heads, attention with the key-padding mask, merge the heads, then layer.out")
+NO_OUTPUT_PROJECTION_HINT = "you left out the output projection: the merged heads go through layer.out (W_O)"
+FUSED_SPLIT_HINT = ("the fused qkv output is [Q | K | V], each hidden wide, not [q k v] per head: chunk(3, dim=-1) "
+                    "first, then split each of Q, K, V into heads")
+
+
+def _multi_head(layer: MultiHeadSelfAttention, x: torch.Tensor, mask: torch.Tensor, *, split: str = "right",
+                merge: str = "right", blank: str = "keys", fill: float = float("-inf"), divisor: float | None = None,
+                project: bool = True) -> torch.Tensor:
+    """BERT's multi-head self-attention with one deliberate mistake, chosen by the keywords."""
+    batch, seq_len, hidden = x.shape
+    heads = layer.num_heads
+    qkv = layer.qkv(x)  # (batch, seq, 3 * hidden)
+    if split == "fused":
+        parts = qkv.view(batch, seq_len, heads, 3 * (hidden // heads)).transpose(1, 2).chunk(3, dim=-1)
+    elif split == "plain-view":
+        parts = [part.reshape(batch, heads, seq_len, hidden // heads) for part in qkv.chunk(3, dim=-1)]
+    else:
+        parts = [_split(part, heads) for part in qkv.chunk(3, dim=-1)]  # 3 x (batch, heads, seq, head_dim)
+    context = _attend(*parts, mask, blank=blank, fill=fill, divisor=divisor)
+    merged = context.reshape(batch, seq_len, hidden) if merge == "no-transpose" else _merge(context)
+    return layer.out(merged) if project else merged
+
+
+def _mha_mistakes(layer: MultiHeadSelfAttention, x: torch.Tensor, mask: torch.Tensor) -> Mistakes:
+    def variant(**mistake: Any) -> Callable[[], torch.Tensor]:
+        return lambda: _multi_head(layer, x, mask, **mistake)
+
+    return [
+        (NO_OUTPUT_PROJECTION_HINT, variant(project=False)),
+        (FUSED_SPLIT_HINT, variant(split="fused")),
+        (SPLIT_PLAIN_VIEW_HINT, variant(split="plain-view")),
+        (MERGE_NO_TRANSPOSE_HINT, variant(merge="no-transpose")),
+        (NO_MASK_HINT, variant(blank="nothing")),
+        (QUERIES_MASKED_HINT, variant(blank="queries")),
+        (QUERIES_MASKED_HINT, variant(blank="queries", fill=-1e9)),
+        (NO_SCALE_HINT, variant(divisor=1.0)),
+    ]
+
+
+@exercise("04.multi_head_attention", "Multi-head self-attention with the weights of a bertlib layer",
+          "f(layer: MultiHeadSelfAttention, x: Tensor (batch, seq, hidden), key_padding_mask: (batch, seq) bool) "
+          "-> Tensor (batch, seq, hidden)")
+def check_multi_head_attention(solution, rng: np.random.Generator) -> None:
+    """A random 3-head layer on a padded batch (with an all-padding sequence), compared at the real tokens."""
+    torch_seed = int(rng.integers(2**31))
+    config = BertConfig(vocab_size=16, hidden_size=24, num_layers=1, num_heads=3, intermediate_size=48,
+                        attn_implementation="eager")
+    layer = MultiHeadSelfAttention(config).eval()
+    generator = torch.Generator().manual_seed(torch_seed)
+    with torch.no_grad():
+        for parameter in layer.parameters():
+            parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.3)
+    x = _normal(rng, (3, 5, 24))
+    mask = _key_mask([5, 3, 0], 5)
+    case = "a 3-head layer (hidden 24), x (3, 5, 24) with 5, 3 and 0 real tokens (any finite output for the last)"
+    with torch.no_grad():
+        expected = layer(x, padding_mask(mask))[0]
+        got = _call_reshape(case, solution, layer, x.clone(), mask.clone())
+        got = _tensor_of_shape(case, got, tuple(x.shape), MHA_HINT)
+        compared = (mask & mask.any(-1, keepdim=True))[:, :, None]  # (batch, seq, 1)
+
+        def only_compared(output: torch.Tensor) -> torch.Tensor:
+            return torch.where(compared, output.double(), 0.0)
+
+        mistakes = _mha_mistakes(layer, x, mask)
+        hint = _name_mistake(got, expected, mistakes) or _name_mistake(
+            only_compared(got), only_compared(expected),
+            [(hint, lambda wrong=wrong: only_compared(wrong())) for hint, wrong in mistakes])
+    if not torch.isfinite(got).all():
+        position = tuple(torch.nonzero(~torch.isfinite(got))[0].tolist())
+        raise Fail(case, f"non-finite value {got[position].item()} at position {position}; the output must be "
+                         "finite everywhere", hint or ALL_PADDING_HINT)
+    expect_close(case, expected, torch.where(compared, got.to(expected.dtype), expected), hint=hint or MHA_HINT)

@@ -1,0 +1,432 @@
+"""Notebook 02's exercise checkers: right answers (every accepted convention) pass, and each wrong answer a
+learner plausibly writes is rejected with a hint that names its mistake."""
+
+from __future__ import annotations
+
+import re
+import string
+import unicodedata
+from collections import Counter
+from fractions import Fraction
+from itertools import pairwise
+
+import numpy as np
+import pytest
+from tokenizers.models import WordPiece
+from tokenizers.pre_tokenizers import BertPreTokenizer
+
+from bertlib import exercises
+
+# --------------------------------------------------------------------------------------------------
+# 02.split_words
+# --------------------------------------------------------------------------------------------------
+
+
+def is_punctuation(char):
+    """BERT's rule: printable ASCII that is not a letter, digit or space, or Unicode category P*."""
+    return (char.isascii() and char.isprintable() and not char.isalnum() and char != " ") or \
+        unicodedata.category(char).startswith("P")
+
+
+def split_words(text):
+    return "".join(f" {c} " if is_punctuation(c) else c for c in text).split()
+
+
+def split_words_scanning(text):
+    """A scan that builds each word character by character, returning a tuple."""
+    words, current = [], ""
+    for char in text:
+        if char == " " or is_punctuation(char):
+            if current:
+                words.append(current)
+            current = ""
+            if char != " ":
+                words.append(char)
+        else:
+            current += char
+    return tuple(words + [current] if current else words)
+
+
+@pytest.mark.parametrize("solution", [split_words, split_words_scanning], ids=["space-out-then-split", "scan"])
+def test_split_words_right_answers_pass(solution):
+    for seed in range(3):
+        exercises.check("02.split_words", solution, strict=True, seed=seed)
+
+
+def spaced(text, rule):
+    return "".join(f" {c} " if rule(c) else c for c in text).split()
+
+
+SPLIT_MISTAKES = {
+    "whitespace-only": (str.split, "split on whitespace only"),
+    "split-on-one-space": (lambda t: "".join(f" {c} " if is_punctuation(c) else c for c in t).split(" "),
+                           "empty strings"),
+    "string-punctuation": (lambda t: spaced(t, lambda c: c in string.punctuation), "string.punctuation"),
+    "category-p-only": (lambda t: spaced(t, lambda c: unicodedata.category(c).startswith("P")), "ASCII symbols"),
+    "punctuation-dropped": (lambda t: re.findall(r"\w+", t), "dropped the punctuation"),
+    "runs-grouped": (lambda t: re.findall(r"\w+|[^\w\s]+", t), "runs of punctuation"),
+    "symbols-split-regex": (lambda t: re.findall(r"\w+|[^\w\s]", t), "symbols such as"),
+    "non-alphanumeric-split": (lambda t: spaced(t, lambda c: not c.isalnum() and not c.isspace()),
+                               "symbols such as"),
+}
+
+
+@pytest.mark.parametrize("mistake", SPLIT_MISTAKES.values(), ids=SPLIT_MISTAKES.keys())
+def test_split_words_mistakes_are_named(mistake):
+    solution, hint = mistake
+    result = exercises.check("02.split_words", solution)
+    assert not result.passed and hint in result.message, result.message
+
+
+def test_the_reference_split_equals_the_rust_pre_tokenizer():
+    rust = BertPreTokenizer()
+    for text in ["hello, world!", "wait... what?! don't", "¿qué? «sí» — ok… a、b", "$5+x^2=y | a<b>c ~d `e` a_b",
+                 "snow☃man 3×4 i ❤ you 😀!", "  two  spaces  "]:
+        assert split_words(text) == [word for word, _ in rust.pre_tokenize_str(text)], text
+
+
+# --------------------------------------------------------------------------------------------------
+# 02.pair_scores
+# --------------------------------------------------------------------------------------------------
+
+
+def pair_scores(splits, word_counts, *, pairs_weighted=True, tokens_weighted=True, score="wordpiece",
+                tokens_via_pairs=False, across_words=False, once_per_word=False):
+    """count(ab) / (count(a) * count(b)); each keyword switches on one mistake."""
+    token_count, pair_count = Counter(), Counter()
+    previous = None
+    for word, split in splits.items():
+        n = word_counts[word]
+        if across_words and previous is not None and split:
+            pair_count[previous, split[0]] += n
+        pairs = list(pairwise(split))
+        for pair in set(pairs) if once_per_word else pairs:
+            pair_count[pair] += n if pairs_weighted else 1
+        tokens = [t for pair in pairs for t in pair] if tokens_via_pairs else split
+        for token in tokens:
+            token_count[token] += n if tokens_weighted else 1
+        previous = split[-1] if split else previous
+    formula = {"wordpiece": lambda ab, a, b: ab / (a * b), "frequency": lambda ab, a, b: ab,
+               "sum": lambda ab, a, b: ab / (a + b), "inverted": lambda ab, a, b: a * b / ab}[score]
+    return {(a, b): formula(count, token_count[a], token_count[b]) for (a, b), count in pair_count.items()}
+
+
+def pair_scores_fractions(splits, word_counts):
+    """Exact fractions, divided one part at a time: another way to the same numbers."""
+    token_count = Counter(t for word, split in splits.items() for t in split for _ in range(word_counts[word]))
+    pair_count = Counter(p for word, split in splits.items() for p in pairwise(split)
+                         for _ in range(word_counts[word]))
+    return {pair: Fraction(n, token_count[pair[0]]) / token_count[pair[1]] for pair, n in pair_count.items()}
+
+
+def pair_scores_float32(splits, word_counts):
+    """numpy float32 scores: accepted."""
+    return {pair: np.float32(score) for pair, score in pair_scores(splits, word_counts).items()}
+
+
+@pytest.mark.parametrize("solution", [pair_scores, pair_scores_fractions, pair_scores_float32],
+                         ids=["floats", "fractions", "numpy-float32"])
+def test_pair_scores_right_answers_pass(solution):
+    for seed in range(3):
+        exercises.check("02.pair_scores", solution, strict=True, seed=seed)
+
+
+SCORE_MISTAKES = {
+    "frequency-bpe": (dict(score="frequency"), "BPE's rule"),
+    "words-unweighted": (dict(pairs_weighted=False, tokens_weighted=False), "counted each word once"),
+    "tokens-unweighted": (dict(tokens_weighted=False), "token counts ignore the word counts"),
+    "sum-in-denominator": (dict(score="sum"), "not the sum"),
+    "inverted": (dict(score="inverted"), "upside down"),
+    "tokens-counted-via-pairs": (dict(tokens_via_pairs=True), "through the pairs"),
+    "pairs-across-words": (dict(across_words=True), "across word boundaries"),
+    "pair-once-per-word": (dict(once_per_word=True), "once per word"),
+}
+
+
+@pytest.mark.parametrize("mistake", SCORE_MISTAKES.values(), ids=SCORE_MISTAKES.keys())
+def test_pair_scores_mistakes_are_named(mistake):
+    keywords, hint = mistake
+    result = exercises.check("02.pair_scores", lambda s, c: pair_scores(s, c, **keywords))
+    assert not result.passed and hint in result.message, result.message
+
+
+def test_pair_scores_counted_on_one_side_only_is_named():
+    def one_side(splits, word_counts):
+        left, right, pairs = Counter(), Counter(), Counter()
+        for word, split in splits.items():
+            for a, b in pairwise(split):
+                left[a] += word_counts[word]
+                right[b] += word_counts[word]
+                pairs[a, b] += word_counts[word]
+        return {(a, b): n / (left[a] * right[b]) for (a, b), n in pairs.items()}
+
+    result = exercises.check("02.pair_scores", one_side)
+    assert not result.passed and "left part of a pair" in result.message, result.message
+
+
+def test_pair_scores_as_a_list_is_a_type_error():
+    result = exercises.check("02.pair_scores", lambda s, c: sorted(pair_scores(s, c).items()))
+    assert not result.passed and "expected a dict" in result.message
+
+
+# --------------------------------------------------------------------------------------------------
+# 02.merge_pair
+# --------------------------------------------------------------------------------------------------
+
+
+def merge_pair(splits, pair, *, token=None, first_only=False, from_right=False, skip=True, changed_only=False,
+               string_replace=False):
+    """Replace each adjacent (a, b), left to right, by a + b[2:]; each keyword switches on one mistake."""
+    a, b = pair
+    new_token = token(a, b) if token else a + b[2:]
+    table = {}
+    for word, split in splits.items():
+        if string_replace:
+            merged = " ".join(split).replace(f"{a} {b}", new_token).split()
+        else:
+            tokens = split[::-1] if from_right else list(split)
+            first, second = (b, a) if from_right else (a, b)
+            merged, i, merged_once = [], 0, False
+            while i < len(tokens):
+                if (not merged_once and i + 1 < len(tokens) and tokens[i] == first and tokens[i + 1] == second):
+                    merged.append(new_token)
+                    i += 2 if skip else 1
+                    merged_once = first_only
+                else:
+                    merged.append(tokens[i])
+                    i += 1
+            merged = merged[::-1] if from_right else merged
+        if not changed_only or merged != list(split):
+            table[word] = merged
+    return table
+
+
+def merge_pair_tuples(splits, pair):
+    """Same answer as tuples, written recursively."""
+    a, b = pair
+
+    def merged(split):
+        if len(split) < 2:
+            return tuple(split)
+        if split[0] == a and split[1] == b:
+            return (a + b[2:], *merged(split[2:]))
+        return (split[0], *merged(split[1:]))
+
+    return {word: merged(tuple(split)) for word, split in splits.items()}
+
+
+def merge_pair_in_place(splits, pair):
+    """Mutates the input lists and returns the same dict: accepted."""
+    a, b = pair
+    for split in splits.values():
+        i = 0
+        while i + 1 < len(split):
+            if split[i] == a and split[i + 1] == b:
+                split[i:i + 2] = [a + b[2:]]
+            i += 1
+    return splits
+
+
+@pytest.mark.parametrize("solution", [merge_pair, merge_pair_tuples, merge_pair_in_place],
+                         ids=["new-lists", "tuples", "in-place"])
+def test_merge_pair_right_answers_pass(solution):
+    for seed in range(3):
+        exercises.check("02.merge_pair", solution, strict=True, seed=seed)
+
+
+MERGE_MISTAKES = {
+    "inner-hashes-kept": (dict(token=lambda a, b: a + b), "'l##o'"),
+    "all-hashes-stripped": (dict(token=lambda a, b: (a + b).replace("##", "")), "stripped the left part's '##'"),
+    "always-a-continuation": (dict(token=lambda a, b: "##" + (a + b).replace("##", "")), "stays word-initial"),
+    "first-occurrence-only": (dict(first_only=True), "only the first occurrence"),
+    "from-the-right": (dict(from_right=True), "merged from the right"),
+    "no-skip-after-merge": (dict(skip=False), "skip both"),
+    "changed-words-only": (dict(changed_only=True), "only the words that changed"),
+    "string-replace": (dict(string_replace=True), "across token boundaries"),
+}
+
+
+@pytest.mark.parametrize("mistake", MERGE_MISTAKES.values(), ids=MERGE_MISTAKES.keys())
+def test_merge_pair_mistakes_are_named(mistake):
+    keywords, hint = mistake
+    result = exercises.check("02.merge_pair", lambda s, p: merge_pair(s, p, **keywords))
+    assert not result.passed and hint in result.message, result.message
+
+
+# --------------------------------------------------------------------------------------------------
+# 02.merge_step
+# --------------------------------------------------------------------------------------------------
+
+
+def merge_step(splits, word_counts, *, choose="right", **merge_mistake):
+    """Score, take the best (score, then count, then alphabetical), merge; `choose` switches the rule."""
+    scores = pair_scores(splits, word_counts)
+    counts = pair_scores(splits, word_counts, score="frequency")
+    rules = {
+        "right": lambda: min(scores, key=lambda p: (-scores[p], -counts[p], p)),
+        "frequency": lambda: min(counts, key=lambda p: (-counts[p], p)),
+        "ignore-count": lambda: min(scores, key=lambda p: (-scores[p], p)),
+        "max-tuple": lambda: max(scores, key=lambda p: (scores[p], counts[p], p)),
+        "first-seen": lambda: max(scores, key=scores.get),
+        "ascending": lambda: sorted(scores, key=lambda p: (scores[p], p))[0],
+    }
+    best = rules[choose]()
+    return best, merge_pair(splits, best, **merge_mistake)
+
+
+def merge_step_sorted(splits, word_counts):
+    """Sorting every candidate, the pair returned as a list: accepted."""
+    scores = pair_scores_fractions(splits, word_counts)
+    counts = pair_scores(splits, word_counts, score="frequency")
+    ranked = sorted(scores, key=lambda p: (-scores[p], -counts[p], p))
+    return list(ranked[0]), merge_pair_tuples(splits, ranked[0])
+
+
+@pytest.mark.parametrize("solution", [merge_step, merge_step_sorted], ids=["min-over-key", "sorted-fractions"])
+def test_merge_step_right_answers_pass(solution):
+    for seed in range(3):
+        exercises.check("02.merge_step", solution, strict=True, seed=seed)
+
+
+STEP_MISTAKES = {
+    "most-frequent-pair-bpe": (dict(choose="frequency"), "that is BPE"),
+    "tie-ignores-the-count": (dict(choose="ignore-count"), "seen more often"),
+    "tie-alphabetically-last": (dict(choose="max-tuple"), "alphabetically last"),
+    "tie-first-seen": (dict(choose="first-seen"), "first pair met"),
+    "lowest-score": (dict(choose="ascending"), "LOWEST score"),
+    "right-pair-hashes-kept": (dict(token=lambda a, b: a + b), "'l##o'"),
+    "right-pair-first-occurrence-only": (dict(first_only=True), "only the first occurrence"),
+}
+
+
+@pytest.mark.parametrize("mistake", STEP_MISTAKES.values(), ids=STEP_MISTAKES.keys())
+def test_merge_step_mistakes_are_named(mistake):
+    keywords, hint = mistake
+    result = exercises.check("02.merge_step", lambda s, c: merge_step(s, c, **keywords))
+    assert not result.passed and hint in result.message, result.message
+
+
+def test_merge_step_that_returns_only_the_pair_is_a_type_error():
+    result = exercises.check("02.merge_step", lambda s, c: merge_step(s, c)[0][0])
+    assert not result.passed and "expected a tuple (pair, new splits)" in result.message
+
+
+# --------------------------------------------------------------------------------------------------
+# 02.encode_word
+# --------------------------------------------------------------------------------------------------
+
+
+def encode_word(word, vocab, max_chars=100, *, shortest=False, bare_lookup=False, bare_output=False,
+                hashes_first=False, unknown="word", limit="right"):
+    """Greedy longest-match-first with '##' continuations; each keyword switches on one mistake."""
+    too_long = {"right": len(word) > max_chars, ">=": len(word) >= max_chars, "none": False,
+                "fixed-100": len(word) > 100}[limit]
+    if too_long:
+        return ["[UNK]"]
+    pieces, start = [], 0
+    while start < len(word):
+        continuation = start > 0 or hashes_first
+        lookup_prefix = "##" if continuation and not bare_lookup else ""
+        output_prefix = "##" if continuation and not bare_output else ""
+        ends = range(start + 1, len(word) + 1) if shortest else range(len(word), start, -1)
+        for end in ends:
+            if lookup_prefix + word[start:end] in vocab:
+                pieces.append(output_prefix + word[start:end])
+                start = end
+                break
+        else:
+            if unknown == "word":
+                return ["[UNK]"]
+            if unknown == "empty":
+                return []
+            if unknown == "rest":
+                return pieces + ["[UNK]"]
+            pieces.append("[UNK]")
+            start += 1
+    return pieces
+
+
+def encode_word_tokenizers(word, vocab, max_chars=100):
+    """The Rust WordPiece model of 🤗 tokenizers, the one BertTokenizerFast runs: accepted, of course."""
+    model = WordPiece({token: i for i, token in enumerate(sorted(vocab))}, unk_token="[UNK]",
+                      max_input_chars_per_word=max_chars)
+    return tuple(token.value for token in model.tokenize(word))
+
+
+@pytest.mark.parametrize("solution", [encode_word, encode_word_tokenizers], ids=["greedy", "rust-wordpiece"])
+def test_encode_word_right_answers_pass(solution):
+    for seed in range(3):
+        exercises.check("02.encode_word", solution, strict=True, seed=seed)
+
+
+ENCODE_MISTAKES = {
+    "shortest-match": (dict(shortest=True), "shortest match"),
+    "continuations-without-hashes": (dict(bare_lookup=True, bare_output=True), "must carry '##'"),
+    "continuations-looked-up-bare": (dict(bare_lookup=True), "must carry '##'"),
+    "continuations-output-bare": (dict(bare_output=True), "in the output too"),
+    "hashes-on-the-first-piece": (dict(hashes_first=True), "first piece of a word has no '##'"),
+    "partial-unk-per-character": (dict(unknown="char"), "WHOLE word"),
+    "partial-unk-for-the-rest": (dict(unknown="rest"), "WHOLE word"),
+    "empty-list-for-unknown": (dict(unknown="empty"), "not an empty list"),
+    "no-length-limit": (dict(limit="none"), "straight away"),
+    "length-limit-off-by-one": (dict(limit=">="), "off by one"),
+    "length-limit-fixed-100": (dict(limit="fixed-100"), "max_chars argument"),
+}
+
+
+@pytest.mark.parametrize("mistake", ENCODE_MISTAKES.values(), ids=ENCODE_MISTAKES.keys())
+def test_encode_word_mistakes_are_named(mistake):
+    keywords, hint = mistake
+    result = exercises.check("02.encode_word", lambda w, v, m=100: encode_word(w, v, m, **keywords))
+    assert not result.passed and hint in result.message, result.message
+
+
+def test_the_reference_encoder_equals_the_rust_wordpiece_model_on_random_vocabularies():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        vocab = {"[UNK]"} | {("##" if rng.random() < 0.5 else "") + "".join(rng.choice(list("abc"), rng.integers(1, 4)))
+                             for _ in range(12)}
+        for _ in range(10):
+            word = "".join(rng.choice(list("abc"), rng.integers(1, 9)))
+            assert encode_word(word, vocab) == list(encode_word_tokenizers(word, vocab)), (word, vocab)
+
+
+# --------------------------------------------------------------------------------------------------
+# Every exercise: the starter is "not attempted", a verdict is reproducible, list() shows them all
+# --------------------------------------------------------------------------------------------------
+
+
+def starter(*args):
+    raise NotImplementedError  # your code here
+
+
+def ellipsis_body(*args): ...
+
+
+A_WRONG_ANSWER = {
+    "02.split_words": str.split,
+    "02.pair_scores": lambda s, c: pair_scores(s, c, score="frequency"),
+    "02.merge_pair": lambda s, p: merge_pair(s, p, first_only=True),
+    "02.merge_step": lambda s, c: merge_step(s, c, choose="frequency"),
+    "02.encode_word": lambda w, v, m=100: encode_word(w, v, m, shortest=True),
+}
+
+
+@pytest.mark.parametrize("exercise_id", sorted(A_WRONG_ANSWER))
+@pytest.mark.parametrize("solution", [starter, ellipsis_body], ids=["raise-not-implemented", "ellipsis"])
+def test_the_starter_is_not_attempted(exercise_id, solution):
+    result = exercises.check(exercise_id, solution)
+    assert not result.passed and "not attempted" in result.message
+
+
+@pytest.mark.parametrize("exercise_id", sorted(A_WRONG_ANSWER))
+def test_a_verdict_is_reproducible(exercise_id):
+    first = exercises.check(exercise_id, A_WRONG_ANSWER[exercise_id], seed=3)
+    second = exercises.check(exercise_id, A_WRONG_ANSWER[exercise_id], seed=3)
+    assert not first.passed and first.message == second.message
+
+
+def test_list_shows_the_exercises_of_notebook_02(capsys):
+    assert [ex.id for ex in exercises.list("02")] == sorted(A_WRONG_ANSWER)
+    assert "max_chars" in capsys.readouterr().out
+

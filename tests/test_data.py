@@ -369,7 +369,7 @@ def test_kaggle_test_set_keeps_only_scored_rows(tmp_path):
         data.load_kaggle_test(tmp_path / "test.csv")
     assert "test_labels.csv" in str(info.value) and (info.value.line, info.value.column) == (3, "obscene")
     (tmp_path / "test_labels.csv").unlink()
-    with pytest.raises(FileNotFoundError, match="test_labels.csv not found"):
+    with pytest.raises(FileNotFoundError, match=r"test_labels.csv \(or .zip\) not found"):
         data.load_kaggle_test(tmp_path / "test.csv")
 
 

@@ -153,7 +153,8 @@ def call(solution: Callable, *args: Any, **kwargs: Any) -> Any:
     return out
 
 
-def _describe(value: Any) -> str:
+def describe(value: Any) -> str:
+    """A short description of a value for a verdict: shape and dtype of a tensor or array, else type and repr."""
     if isinstance(value, torch.Tensor):
         return f"Tensor shape {tuple(value.shape)} dtype {value.dtype}"
     if isinstance(value, np.ndarray):
@@ -168,7 +169,7 @@ def expect_close(case: str, expected: torch.Tensor | np.ndarray, got: Any, *, at
     if isinstance(got, np.ndarray):
         got = torch.from_numpy(got)
     if not isinstance(got, torch.Tensor):
-        raise Fail(case, f"expected a Tensor of shape {tuple(expected_t.shape)}, got {_describe(got)}", hint)
+        raise Fail(case, f"expected a Tensor of shape {tuple(expected_t.shape)}, got {describe(got)}", hint)
     if tuple(got.shape) != tuple(expected_t.shape):
         raise Fail(case, f"expected shape {tuple(expected_t.shape)}, got shape {tuple(got.shape)}", hint)
     if check_dtype and got.dtype != expected_t.dtype:
@@ -190,7 +191,7 @@ def expect_equal(case: str, expected: Any, got: Any, hint: str = "") -> None:
         expected_t = torch.as_tensor(expected)
         got_t = torch.as_tensor(got) if isinstance(got, torch.Tensor | np.ndarray) else None
         if got_t is None:
-            raise Fail(case, f"expected a tensor of shape {tuple(expected_t.shape)}, got {_describe(got)}", hint)
+            raise Fail(case, f"expected a tensor of shape {tuple(expected_t.shape)}, got {describe(got)}", hint)
         if tuple(got_t.shape) != tuple(expected_t.shape):
             raise Fail(case, f"expected shape {tuple(expected_t.shape)}, got shape {tuple(got_t.shape)}", hint)
         bad = got_t.cpu() != expected_t.cpu()
@@ -230,5 +231,5 @@ def _same(a: Any, b: Any, atol: float) -> bool:
         return False
 
 
-__all__ = ["Exercise", "Fail", "Result", "call", "check", "diagnose", "exercise", "expect_close", "expect_equal",
-           "get", "list"]
+__all__ = ["Exercise", "Fail", "Result", "call", "check", "describe", "diagnose", "exercise", "expect_close",
+           "expect_equal", "get", "list"]

@@ -27,7 +27,7 @@ from bertlib.config import BertConfig
 from bertlib.embeddings import BertEmbeddings
 from bertlib.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
 
-from . import Fail, _describe, call, diagnose, exercise, expect_close, expect_equal
+from . import Fail, call, describe, diagnose, exercise, expect_close, expect_equal
 
 Mistakes = list[tuple[str, Callable[[], Any]]]
 
@@ -107,17 +107,17 @@ def _layout_mistakes(a: list[str], b: list[str] | None) -> Mistakes:
 def _as_layout(case: str, got: Any) -> tuple[list[str], list[int]]:
     """The learner's (tokens, segment ids) as two plain lists, after checking their types."""
     if not isinstance(got, tuple | list) or len(got) != 2:
-        raise Fail(case, f"expected a pair (tokens, token_type_ids), got {_describe(got)}",
+        raise Fail(case, f"expected a pair (tokens, token_type_ids), got {describe(got)}",
                    "return two lists: tokens, token_type_ids")
     tokens, segments = got
     if isinstance(tokens, str) or not isinstance(tokens, tuple | list) or not all(isinstance(t, str) for t in tokens):
-        raise Fail(case, f"expected the tokens as a list of str, got {_describe(tokens)}",
+        raise Fail(case, f"expected the tokens as a list of str, got {describe(tokens)}",
                    "the first element is the list of tokens, special tokens included")
     if isinstance(segments, torch.Tensor | np.ndarray):
         segments = segments.tolist()
     if not isinstance(segments, tuple | list) or not all(isinstance(s, numbers.Integral) and not isinstance(s, bool)
                                                          for s in segments):
-        raise Fail(case, f"expected the segment ids as a list of int, got {_describe(segments)}",
+        raise Fail(case, f"expected the segment ids as a list of int, got {describe(segments)}",
                    "the second element is one int (0 or 1) per token")
     return [*tokens], [int(s) for s in segments]
 
@@ -228,7 +228,7 @@ def _check_embeddings_case(case: str, solution, config: BertConfig, ids: torch.T
     if isinstance(got, np.ndarray):
         got = torch.from_numpy(got)
     if not isinstance(got, torch.Tensor):
-        raise Fail(case, f"expected a Tensor of shape {tuple(expected.shape)}, got {_describe(got)}", EMBEDDINGS_HINT)
+        raise Fail(case, f"expected a Tensor of shape {tuple(expected.shape)}, got {describe(got)}", EMBEDDINGS_HINT)
     got = got.detach()
     if tuple(got.shape) != tuple(expected.shape):
         raise Fail(case, f"expected shape {tuple(expected.shape)}, got shape {tuple(got.shape)}",
@@ -327,7 +327,7 @@ def _as_int(case: str, got: Any) -> int:
         return int(got)
     if isinstance(got, float) and got.is_integer():
         return int(got)
-    raise Fail(case, f"expected an int, got {_describe(got)}", "return the count as an int")
+    raise Fail(case, f"expected an int, got {describe(got)}", "return the count as an int")
 
 
 @exercise("00.embedding_params", "The parameter count of BERT's embedding layer",

@@ -29,7 +29,7 @@ import numpy as np
 from bertlib import cleaning
 from bertlib.wordpiece import BasicTokenizer
 
-from . import Fail, _describe, call, exercise, expect_equal
+from . import Fail, call, describe, exercise, expect_equal
 from .nb00 import Mistakes, _named
 
 _READER = BasicTokenizer(lowercase=False, strip_accents=False)
@@ -42,7 +42,7 @@ def _reads(text: str) -> list[str]:
 
 def _text(case: str, got: Any, hint: str) -> str:
     if not isinstance(got, str):
-        raise Fail(case, f"expected a str, got {_describe(got)}", hint)
+        raise Fail(case, f"expected a str, got {describe(got)}", hint)
     return got
 
 
@@ -466,14 +466,14 @@ def _as_groups(case: str, got: Any, sentences: list[str]) -> list[list[str]]:
     """The learner's groups as lists of str, after checking that they are groups of the input sentences."""
     shape_hint = "return a list of groups, each a list of the original sentences (str)"
     if isinstance(got, str | bytes) or not isinstance(got, Iterable):
-        raise Fail(case, f"expected a list of groups, got {_describe(got)}", shape_hint)
+        raise Fail(case, f"expected a list of groups, got {describe(got)}", shape_hint)
     groups = []
     for group in got:
         if isinstance(group, str | bytes) or not isinstance(group, Iterable):
-            raise Fail(case, f"expected each group to be a list of sentences, got {_describe(group)}", shape_hint)
+            raise Fail(case, f"expected each group to be a list of sentences, got {describe(group)}", shape_hint)
         group = list(group)
         if not all(isinstance(s, str) for s in group):
-            raise Fail(case, f"expected each group to hold sentences (str), got {_describe(group)}", shape_hint)
+            raise Fail(case, f"expected each group to hold sentences (str), got {describe(group)}", shape_hint)
         strangers = [s for s in group if s not in sentences]
         if strangers:
             raise Fail(case, f"{strangers[0]!r} is not one of the sentences",

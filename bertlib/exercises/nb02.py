@@ -33,7 +33,7 @@ import numpy as np
 from bertlib.wordpiece import UNK, BasicTokenizer, WordPieceTokenizer, is_punctuation
 from bertlib.wordpiece_trainer import WordPieceTrainer, _merge_in
 
-from . import Fail, _describe, call, exercise, expect_equal
+from . import Fail, call, describe, exercise, expect_equal
 
 Splits = dict[str, list[str]]
 Mistakes = list[tuple[str, Callable[[], Any]]]
@@ -133,7 +133,7 @@ def _check_split_case(case: str, solution, text: str) -> None:
     if isinstance(got, tuple):
         got = list(got)
     if not isinstance(got, list) or not all(isinstance(word, str) for word in got):
-        raise Fail(case, f"expected a list of str, got {_describe(got)}", SPLIT_HINT)
+        raise Fail(case, f"expected a list of str, got {describe(got)}", SPLIT_HINT)
     hint = _name_mistake(got, expected, _split_mistakes(text), lambda a, b: list(a) == list(b))
     expect_equal(case, expected, got, hint or SPLIT_HINT)
 
@@ -257,7 +257,7 @@ def _scores_equal(a: Any, b: Any) -> bool:
 
 def _expect_scores(case: str, expected: dict, got: Any, hint: str) -> None:
     if not isinstance(got, Mapping):
-        raise Fail(case, f"expected a dict {{(left, right): score}}, got {_describe(got)}", hint)
+        raise Fail(case, f"expected a dict {{(left, right): score}}, got {describe(got)}", hint)
     missing = [pair for pair in expected if pair not in got]
     if missing:
         raise Fail(case, f"{len(missing)} of {len(expected)} pairs missing, e.g. {missing[0]!r}; the keys are "
@@ -269,7 +269,7 @@ def _expect_scores(case: str, expected: dict, got: Any, hint: str) -> None:
         try:
             value = float(got[pair])
         except (TypeError, ValueError):
-            raise Fail(case, f"the score of {pair!r} is {_describe(got[pair])}, not a number", hint) from None
+            raise Fail(case, f"the score of {pair!r} is {describe(got[pair])}, not a number", hint) from None
         if not math.isclose(value, expected[pair], rel_tol=1e-6, abs_tol=1e-12):
             raise Fail(case, f"the score of {pair!r}: expected {expected[pair]:.6g}, got {value:.6g}", hint)
 
@@ -405,7 +405,7 @@ def _as_table(got: Any) -> Any:
 
 def _expect_table(case: str, expected: Splits, got: Any, hint: str) -> None:
     if not isinstance(got, Mapping):
-        raise Fail(case, f"expected a dict {{word: list of tokens}}, got {_describe(got)}", hint)
+        raise Fail(case, f"expected a dict {{word: list of tokens}}, got {describe(got)}", hint)
     missing = [word for word in expected if word not in got]
     if missing:
         raise Fail(case, f"{len(missing)} of {len(expected)} words missing, e.g. {missing[0]!r}", hint)
@@ -499,7 +499,7 @@ def _check_step_case(case: str, solution, trainer: WordPieceTrainer, counts: dic
     expected_pair, expected_table = (merge.left, merge.right), trainer.current_splits()
     got = call(solution, {word: list(split) for word, split in splits.items()}, dict(counts))
     if not isinstance(got, tuple | list) or len(got) != 2:
-        raise Fail(case, f"expected a tuple (pair, new splits), got {_describe(got)}", STEP_HINT)
+        raise Fail(case, f"expected a tuple (pair, new splits), got {describe(got)}", STEP_HINT)
     pair, table = got
     pair = tuple(pair) if isinstance(pair, tuple | list) else pair
     if pair != expected_pair:
@@ -619,7 +619,7 @@ def _check_encode_case(case: str, solution, words: Sequence[str], vocab: Sequenc
         shown = word if len(word) <= 30 else f"{word[:12]}... ({len(word)} characters)"
         word_case = f"{case}, word {shown!r}"
         if not isinstance(got, list) or not all(isinstance(piece, str) for piece in got):
-            raise Fail(word_case, f"expected a list of str, got {_describe(got)}", ENCODE_HINT)
+            raise Fail(word_case, f"expected a list of str, got {describe(got)}", ENCODE_HINT)
         mistakes = _encode_mistakes(word, vocab_set, 100 if max_chars is None else max_chars)
         hint = _name_mistake(got, expected, mistakes, lambda a, b: list(a) == list(b))
         expect_equal(word_case, expected, got, hint or ENCODE_HINT)

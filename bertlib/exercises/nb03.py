@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from bertlib.config import BertConfig
 from bertlib.embeddings import BertEmbeddings, sinusoidal_table
 
-from . import Fail, _describe, call, exercise, expect_close
+from . import Fail, call, describe, exercise, expect_close
 from .nb04 import Mistakes, _name_mistake, _tensor_of_shape
 
 BASE = 10000.0
@@ -429,5 +429,5 @@ def check_embed(solution, rng: np.random.Generator) -> None:
         raise
     except Exception:  # any error is right: the table has no row for these positions
         return
-    raise Fail(case, f"expected an error, got {_describe(got)}", TOO_LONG_HINT)
+    raise Fail(case, f"expected an error, got {describe(got)}", TOO_LONG_HINT)
 

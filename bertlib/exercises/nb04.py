@@ -25,7 +25,7 @@ import torch
 from bertlib.attention import MultiHeadSelfAttention, eager_attention, padding_mask
 from bertlib.config import BertConfig
 
-from . import Fail, _describe, call, diagnose, exercise, expect_close, expect_equal
+from . import Fail, call, describe, diagnose, exercise, expect_close, expect_equal
 
 Mistakes = list[tuple[str, Callable[[], Any]]]
 
@@ -45,7 +45,7 @@ def _tensor_of_shape(case: str, got: Any, shape: tuple[int, ...], hint: str = ""
     if isinstance(got, np.ndarray):
         got = torch.from_numpy(got)
     if not isinstance(got, torch.Tensor):
-        raise Fail(case, f"expected a Tensor of shape {shape}, got {_describe(got)}", hint)
+        raise Fail(case, f"expected a Tensor of shape {shape}, got {describe(got)}", hint)
     if tuple(got.shape) != shape:
         raise Fail(case, f"expected shape {shape}, got shape {tuple(got.shape)}", hint)
     return got.detach()

@@ -31,7 +31,7 @@ from bertlib.attention import padding_mask
 from bertlib.config import BertConfig
 from bertlib.model import BertModel, EncoderLayer, FeedForward
 
-from . import Fail, _describe, call, exercise, expect_close, expect_equal
+from . import Fail, call, describe, exercise, expect_close, expect_equal
 from .nb04 import Mistakes, _name_mistake, _tensor_of_shape
 
 
@@ -340,7 +340,7 @@ def _check_layer_case(case: str, solution, config: BertConfig, lengths: list[int
     reference = _random_layer(config, rng)
     learner = call(solution, config)
     if not isinstance(learner, nn.Module):
-        raise Fail(case, f"EncoderLayer(config) should build an nn.Module, got {_describe(learner)}",
+        raise Fail(case, f"EncoderLayer(config) should build an nn.Module, got {describe(learner)}",
                    "write a class EncoderLayer(nn.Module) whose __init__(self, config) builds the parts")
     _load_reference_weights(case, learner, reference)
     learner.eval()
@@ -454,7 +454,7 @@ def _as_int(case: str, got: Any) -> int:
         return int(got)
     if isinstance(got, float) and got.is_integer():
         return int(got)
-    raise Fail(case, f"expected an int, got {_describe(got)}", "return the count as an int")
+    raise Fail(case, f"expected an int, got {describe(got)}", "return the count as an int")
 
 
 @exercise("05.parameter_count", "BertModel's parameter count from its config",

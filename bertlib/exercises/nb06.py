@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from bertlib.config import BertConfig
 from bertlib.model import BertForPreTraining
 
-from . import Fail, _describe, call, diagnose, exercise, expect_close, expect_equal
+from . import Fail, call, describe, diagnose, exercise, expect_close, expect_equal
 
 IGNORE_INDEX = -100  # label of a position the MLM loss skips (PyTorch's cross-entropy default)
 MLM_PROBABILITY, MASK_SHARE, RANDOM_SHARE = 0.15, 0.8, 0.1
@@ -76,11 +76,11 @@ def _masking_batch(rng: np.random.Generator, rows: int, width: int,
 def _masked_pair(case: str, got: Any, shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
     """The learner's (masked_ids, labels), checked for type, shape and dtype."""
     if not isinstance(got, tuple | list) or len(got) != 2:
-        raise Fail(case, f"expected a pair (masked_ids, labels), got {_describe(got)}",
+        raise Fail(case, f"expected a pair (masked_ids, labels), got {describe(got)}",
                    "return both tensors: `return masked_ids, labels`")
     for name, tensor in zip(("masked_ids", "labels"), got, strict=True):
         if not isinstance(tensor, torch.Tensor):
-            raise Fail(case, f"{name}: expected a Tensor, got {_describe(tensor)}")
+            raise Fail(case, f"{name}: expected a Tensor, got {describe(tensor)}")
         if tuple(tensor.shape) != shape:
             raise Fail(case, f"{name}: expected shape {shape}, got shape {tuple(tensor.shape)}",
                        "masked_ids and labels have the shape of input_ids")
@@ -252,7 +252,7 @@ def _flags(case: str, got: Any, length: int) -> torch.Tensor:
     elif isinstance(got, np.ndarray):
         got = torch.from_numpy(got)
     if not isinstance(got, torch.Tensor):
-        raise Fail(case, f"expected a bool Tensor of shape ({length},), got {_describe(got)}")
+        raise Fail(case, f"expected a bool Tensor of shape ({length},), got {describe(got)}")
     if tuple(got.shape) != (length,):
         raise Fail(case, f"expected shape ({length},), got shape {tuple(got.shape)}",
                    "one True/False per token, True where the token is chosen")
@@ -363,14 +363,14 @@ def _int_list(case: str, name: str, values: Any) -> list[int]:
     if isinstance(values, torch.Tensor | np.ndarray):
         values = values.tolist()
     if not isinstance(values, list | tuple) or not all(isinstance(v, int | np.integer) for v in values):
-        raise Fail(case, f"{name}: expected a list of ints, got {_describe(values)}")
+        raise Fail(case, f"{name}: expected a list of ints, got {describe(values)}")
     return [int(v) for v in values]
 
 
 def _parse_instance(case: str, got: Any) -> tuple[list[int], list[int], list[int], int]:
     """The learner's instance -> (A, B, token_type_ids, nsp_label), after checking [CLS] A [SEP] B [SEP]."""
     if not isinstance(got, Mapping):
-        raise Fail(case, f"expected a dict with input_ids, token_type_ids, nsp_label, got {_describe(got)}")
+        raise Fail(case, f"expected a dict with input_ids, token_type_ids, nsp_label, got {describe(got)}")
     missing = [key for key in ("input_ids", "token_type_ids", "nsp_label") if key not in got]
     if missing:
         raise Fail(case, f"the dict lacks {', '.join(missing)}; it has {', '.join(map(str, got))}")
@@ -379,7 +379,7 @@ def _parse_instance(case: str, got: Any) -> tuple[list[int], list[int], list[int
     label = got["nsp_label"]
     label = label.item() if isinstance(label, torch.Tensor | np.ndarray) else label
     if not isinstance(label, int | np.integer):  # bool is an int: True / False are accepted as 1 / 0
-        raise Fail(case, f"nsp_label: expected an int, got {_describe(label)}")
+        raise Fail(case, f"nsp_label: expected an int, got {describe(label)}")
     if len(types) != len(ids):
         raise Fail(case, f"{len(ids)} input_ids but {len(types)} token_type_ids", "one segment id per token")
     if not ids or ids[0] != NSP_CLS:
@@ -619,7 +619,7 @@ def _check_loss(case: str, solution, mlm_logits: torch.Tensor, nsp_logits: torch
                 nsp_labels: torch.Tensor, expected: torch.Tensor) -> None:
     got = call(solution, mlm_logits, nsp_logits, mlm_labels.clone(), nsp_labels.clone())
     if isinstance(got, float | int | np.floating):
-        raise Fail(case, f"expected a Tensor, got {_describe(got)}",
+        raise Fail(case, f"expected a Tensor, got {describe(got)}",
                    "return the loss as a tensor (no .item() or float()): training calls loss.backward()")
     if isinstance(got, torch.Tensor) and got.numel() == 1:
         if mlm_logits.requires_grad and not got.requires_grad:

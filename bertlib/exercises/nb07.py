@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from sklearn.metrics import roc_auc_score
 
-from . import Fail, _describe, call, diagnose, exercise, expect_close, expect_equal
+from . import Fail, call, describe, diagnose, exercise, expect_close, expect_equal
 
 # --------------------------------------------------------------------------------------------------
 # 07.pad_collator
@@ -53,7 +53,7 @@ def _collated_tensor(case: str, got: Mapping, name: str, shape: tuple[int, int])
                    "return {'input_ids': ..., 'attention_mask': ...}")
     tensor = got[name]
     if not isinstance(tensor, torch.Tensor):
-        raise Fail(case, f"{name}: expected a Tensor, got {_describe(tensor)}",
+        raise Fail(case, f"{name}: expected a Tensor, got {describe(tensor)}",
                    "build the tensors with torch.full / torch.tensor: the model takes tensors")
     if tuple(tensor.shape) != shape:
         hint = "pad to the longest sequence of THIS batch (dynamic padding): shape (len(batch), longest)"
@@ -73,7 +73,7 @@ def _check_collated(case: str, solution, batch: list[list[int]], pad_id: int) ->
         raise Fail(case, "the lists of the batch were changed by the call",
                    "you padded the caller's lists in place (ids += [pad] * n): build new rows instead")
     if not isinstance(got, Mapping):
-        raise Fail(case, f"expected a dict, got {_describe(got)}", "return {'input_ids': ..., 'attention_mask': ...}")
+        raise Fail(case, f"expected a dict, got {describe(got)}", "return {'input_ids': ..., 'attention_mask': ...}")
     shape = (len(batch), max(map(len, batch)))
     input_ids = _collated_tensor(case, got, "input_ids", shape)
     attention_mask = _collated_tensor(case, got, "attention_mask", shape)
@@ -162,7 +162,7 @@ def check_weighted_bce(solution, rng: np.random.Generator) -> None:
         z = z.clone().requires_grad_()
         got = call(solution, z, y.clone(), w.clone())
         if not isinstance(got, torch.Tensor):
-            raise Fail(case, f"expected a Tensor, got {_describe(got)}",
+            raise Fail(case, f"expected a Tensor, got {describe(got)}",
                        "return the loss as a tensor (no .item()): training calls loss.backward()")
         if got.numel() == 1:
             if not got.requires_grad:
@@ -208,7 +208,7 @@ def _as_float(case: str, got: Any, hint: str = "") -> float:
     if (isinstance(got, np.ndarray) and got.size == 1) or (isinstance(got, torch.Tensor) and got.numel() == 1):
         got = got.item()  # a one-element array or tensor is a number too
     if isinstance(got, bool) or not isinstance(got, numbers.Real):
-        raise Fail(case, f"expected a float, got {_describe(got)}", hint or "return a Python float")
+        raise Fail(case, f"expected a float, got {describe(got)}", hint or "return a Python float")
     return float(got)
 
 
@@ -253,7 +253,7 @@ def check_roc_auc(solution, rng: np.random.Generator) -> None:
                        "with one class there is no (positive, negative) pair: check for it and return float('nan')"
                        ) from None
         if not math.isnan(_as_float(case, got)):
-            raise Fail(case, f"expected nan, got {_describe(got)}",
+            raise Fail(case, f"expected nan, got {describe(got)}",
                        "with one class the area is undefined: return float('nan'), not a number")
 
 

@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO))
 from real_comments import read_real_comments  # noqa: E402  (benchmarks/real_comments.py)
 
 from bertlib import BertConfig, BertForPreTraining  # noqa: E402
-from bertlib.data import load_corpus  # noqa: E402
+from bertlib.corpus import load_corpus  # noqa: E402
 from bertlib.mlm import MaskingCollator, SpecialIds, vocabulary  # noqa: E402
 from bertlib.nsp import create_instances, tokenize_sentences  # noqa: E402
 from bertlib.wordpiece import WordPieceTokenizer  # noqa: E402

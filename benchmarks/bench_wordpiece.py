@@ -37,10 +37,10 @@ def load_texts() -> tuple[list[str], str]:
     real = read_real_comments()
     if real is not None:
         return real
-    from bertlib import data
+    from bertlib import corpus, data
 
-    comments = data.load_comments().texts
-    documents = data.load_corpus().texts
+    comments = data.load_comments(data.sample_dir() / data.SAMPLE_COMMENTS).texts
+    documents = corpus.load_corpus().texts
     return comments + documents, (f"shipped sample: {len(comments):,} comments "
                                   f"(data/toxic_comments_sample.csv) + {len(documents)} documents (data/corpus)")
 

@@ -8,6 +8,7 @@ The top-level names load on first use (PEP 562), so `import bertlib.setup_cell` 
 
 from __future__ import annotations
 
+import inspect
 from importlib import import_module
 from typing import TYPE_CHECKING
 
@@ -36,7 +37,5 @@ def __dir__() -> list[str]:
 
 
 def show(obj) -> None:
-    """Print the source of a bertlib function or class (the same as bertlib.course.show)."""
-    from .course import show as show_source
-
-    show_source(obj)
+    """Print the source of a bertlib function or class, so a notebook shows the code it runs (also course.show)."""
+    print(inspect.getsource(obj))

@@ -1,10 +1,15 @@
 """The course's plumbing: the setup every notebook starts with, smoke mode, where files are, and the runner.
 
-`python -m bertlib.course` executes every notebook in notebooks/ in order, headless, on the shipped
-sample data, and prints a table of notebook / seconds / status (`--solutions` runs notebooks/solutions/
-instead). Smoke mode (BERTLIB_SMOKE=1, what the tests use) shrinks every size so that a notebook runs in
-seconds; `pick` is how a notebook says "this many in smoke mode, this many on a laptop CPU, this many on
-a GPU". `pretrained_bert_source` and `needs` give every notebook the same order of real weights (the
+`python -m bertlib.course` executes every notebook in notebooks/ in order, headless, and prints a table
+of notebook / seconds / status (`--solutions` runs notebooks/solutions/ instead). The notebooks read the
+data this machine has (bertlib.data, bertlib.corpus: Kaggle's input, the hub, else the shipped sample);
+with `--inplace`, which writes the outputs that are committed, they read the shipped sample only, so no
+third-party text enters the repository. In the executed notebooks each progress bar is saved as its final
+line of text (`freeze_progress_bars`), which a static page such as GitHub's shows as it is.
+
+Smoke mode (BERTLIB_SMOKE=1, what the tests use) shrinks every size so that a notebook runs in
+seconds; `pick` is how a notebook says "this many in smoke mode, this many on a laptop CPU, this many
+on a GPU". `pretrained_bert_source` and `needs` give every notebook the same order of real weights (the
 offline package, else bert-base-uncased from the hub, else skip the cells that need them).
 
 Works from a checkout and from a non-editable install alike: the sample data and the notebooks are
@@ -17,7 +22,7 @@ own text and the repository address live in bertlib.setup_cell.
 from __future__ import annotations
 
 import argparse
-import inspect
+import html
 import os
 import platform
 import random
@@ -27,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import TypeVar
+
+from . import show as show  # notebooks call course.show; the one definition is bertlib.show
 
 T = TypeVar("T")
 
@@ -55,14 +62,10 @@ def pick(smoke: T, cpu: T, gpu: T | None = None) -> T:
 
 
 def device():
-    """The best device here: CUDA, then Apple's MPS, then the CPU."""
-    import torch
+    """The best device here: CUDA, then Apple's MPS, then the CPU (bertlib.devices.pick_device, the one picker)."""
+    from .devices import pick_device
 
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
+    return pick_device()
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -80,8 +83,9 @@ NOTEBOOKS = notebooks_dir()
 
 def data_dir() -> Path:
     """The sample data shipped with the course: data/ in the checkout, else the copy installed as package data."""
-    installed = PACKAGE / "sample_data"
-    return installed if installed.is_dir() else REPO_ROOT / "data"
+    from .data import sample_dir
+
+    return sample_dir()
 
 
 def _writable(folder: Path) -> bool:
@@ -153,18 +157,18 @@ def _shown(path: Path) -> str:
 
 
 def data_summary() -> str:
-    """One line saying which comments and which pretraining corpus the notebooks read by default."""
-    from . import data
+    """Which comments and which pretraining text the notebooks read by default here (two lines, nothing downloaded).
 
-    corpus = _shown(data_dir() / data.SAMPLE_CORPUS)
+    The comments as bertlib.data.locate_comments finds them (Kaggle's input, the full set from the hub, or
+    the sample) and the text bertlib.corpus.pretraining_corpus("auto") would pretrain on.
+    """
+    from . import corpus, data
+
     try:
-        comments = data.find_comments()
+        comments = data.locate_comments(download=False).dataset
     except FileNotFoundError as error:
-        return f"data: no comments found ({error}); corpus {corpus}"
-    if comments.is_relative_to(data.KAGGLE_DIR):
-        return f"data: Kaggle's competition comments ({comments}); the course's corpus ({corpus})"
-    return (f"data: the course's sample comments ({_shown(comments)}) and corpus ({corpus}); for the real comments, "
-            "attach Kaggle's Jigsaw Toxic Comment Classification Challenge")
+        comments = f"no comments found ({error})"
+    return f"data: {comments}\npretraining text: {corpus.describe_pretraining_corpus()}"
 
 
 def setup(seed: int = 0):
@@ -201,32 +205,14 @@ def setup(seed: int = 0):
 
 
 def _hub_problem(name: str) -> str | None:
-    """Why `name` cannot come from the Hugging Face hub right now, or None when it can.
+    """Why model `name` cannot come from the Hugging Face hub right now, or None when it can.
 
-    HF_ENDPOINT, HF_HUB_OFFLINE and the cache folder (HF_HUB_CACHE, HF_HOME) are read at each call, so setting
-    them in a notebook after the imports works, as in bertlib.downloads.
+    bertlib.downloads.hub_problem asked about the model's config.json: HF_ENDPOINT, HF_HUB_OFFLINE (then
+    only a cached copy counts) and BERTLIB_DOWNLOADS=0 are read at each call, as for the datasets.
     """
-    if os.environ.get("BERTLIB_DOWNLOADS") == "0":
-        return "BERTLIB_DOWNLOADS=0 leaves the hub alone"
-    try:
-        import huggingface_hub
-        from huggingface_hub import constants
-    except ImportError:
-        return "huggingface_hub is not installed"
-    endpoint = os.environ.get("HF_ENDPOINT", constants.ENDPOINT).rstrip("/")
-    cache = os.environ.get("HF_HUB_CACHE") or (
-        os.path.join(os.environ["HF_HOME"], "hub") if os.environ.get("HF_HOME") else None)
-    offline = os.environ.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"} or (
-        "HF_HUB_OFFLINE" not in os.environ and constants.HF_HUB_OFFLINE)
-    if offline:
-        cached = huggingface_hub.try_to_load_from_cache(name, "config.json", cache_dir=cache)
-        return None if isinstance(cached, str) else f"HF_HUB_OFFLINE is set and {name} is not in the cache"
-    try:
-        huggingface_hub.get_hf_file_metadata(huggingface_hub.hf_hub_url(name, "config.json", endpoint=endpoint),
-                                             timeout=10)
-    except Exception as error:  # any failure here means: no weights from the hub now; the reason is shown
-        return f"the hub at {endpoint} cannot be reached ({type(error).__name__})"
-    return None
+    from .downloads import hub_problem
+
+    return hub_problem(name, "config.json", repo_type="model", revision="main")
 
 
 def pretrained_bert_source(*, verbose: bool = True) -> str | None:
@@ -276,11 +262,6 @@ def needs(thing: object, what: str = "pretrained BERT weights", hint: str = PRET
     return False
 
 
-def show(obj) -> None:
-    """Print the source of a bertlib function or class, so a notebook shows the code it runs."""
-    print(inspect.getsource(obj))
-
-
 # ---------------------------------------------------------------------------------------------------------
 # The headless runner
 # ---------------------------------------------------------------------------------------------------------
@@ -313,9 +294,63 @@ def run_notebook(path: Path, out_path: Path, timeout: int = 1800) -> None:
         try:
             client.execute()
         finally:
-            temporary = out_path.with_name(out_path.name + ".tmp")
-            nbformat.write(nb, temporary)
-            os.replace(temporary, out_path)
+            from .checkpoint import atomic_write
+
+            freeze_progress_bars(nb)
+            atomic_write(out_path, lambda temporary: nbformat.write(nb, temporary))
+
+
+_WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+_WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+
+
+def _bar_line(box: dict, models: dict) -> str | None:
+    """The text line of a tqdm notebook bar (an HBox of HTML, progress, HTML) in its saved state, else None."""
+    children = [models.get(child.removeprefix("IPY_MODEL_"), {}) for child in box.get("state", {}).get("children", [])]
+    if box.get("model_name") != "HBoxModel" or [child.get("model_name") for child in children] != [
+            "HTMLModel", "FloatProgressModel", "HTMLModel"]:
+        return None
+    left, meter, right = (child.get("state", {}) for child in children)
+    total = meter.get("max") or 0
+    filled = round(10 * min(max((meter.get("value") or 0) / total, 0.0), 1.0)) if total else 0
+    text = f"{left.get('value', '')}|{'#' * filled}{' ' * (10 - filled)}|{right.get('value', '')}"
+    return html.unescape(text).replace("\u2007", " ").replace("\u200b", "")
+
+
+def freeze_progress_bars(nb) -> int:
+    """Replace each tqdm widget in an executed notebook by its final state as a line of text; returns how many.
+
+    A notebook saved by the runner keeps a widget's first rendering as its plain-text fallback, which is all
+    a static page (GitHub, nbviewer) shows: a bar frozen at "0%". nbclient also saves each widget's last
+    state in the notebook's metadata; this turns that state into a stdout line such as
+    "tokenizing documents: 100%|##########| 60/60 [00:01<00:00, 45.2it/s]" and, once no widget is left,
+    drops the saved widget state. Other widgets are left as they are.
+    """
+    models = nb.metadata.get("widgets", {}).get(_WIDGET_STATE, {}).get("state", {})
+    frozen, remaining = 0, 0
+    for cell in nb.cells:
+        outputs = []
+        for output in cell.get("outputs", []):
+            view = output.get("data", {}).get(_WIDGET_VIEW) if output.get("output_type") == "display_data" else None
+            line = _bar_line(models.get(view.get("model_id"), {}), models) if view else None
+            if line is None:
+                remaining += view is not None
+                outputs.append(output)
+                continue
+            frozen += 1
+            outputs.append(_stream(line + "\n"))
+        if cell.get("cell_type") == "code":
+            cell.outputs = outputs
+    if remaining == 0:
+        nb.metadata.pop("widgets", None)
+    return frozen
+
+
+def _stream(text: str):
+    """A stdout stream output holding `text`."""
+    import nbformat
+
+    return nbformat.v4.new_output("stream", name="stdout", text=text)
 
 
 def failure_status(error: BaseException) -> str:
@@ -347,6 +382,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no notebooks{wanted} in {notebooks_dir() / 'solutions' if args.solutions else notebooks_dir()} "
               f"(there are: {', '.join(p.name for p in available) or 'none'})", file=sys.stderr)
         return 2
+    # The kernels inherit this: the bars of transformers and huggingface_hub (loading weights, downloads) say
+    # nothing a reader of the saved notebook needs; bertlib's own bars are kept, as their final line.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if args.inplace and "BERTLIB_DOWNLOADS" not in os.environ:
+        # Committed outputs are public: no third-party text (real comments, Wikipedia) may enter them.
+        os.environ["BERTLIB_DOWNLOADS"] = "0"
+        print("--inplace: the notebooks read the shipped sample (BERTLIB_DOWNLOADS=0), since their outputs are "
+              "committed; set BERTLIB_DOWNLOADS=1 to run them on downloaded data")
     artifacts = artifacts_dir()
     os.environ["BERTLIB_ARTIFACTS"] = str(artifacts.parent if SMOKE else artifacts)  # the kernels write there too
     out_dir = paths[0].parent if args.inplace else artifacts / "executed" / ("solutions" if args.solutions else "")

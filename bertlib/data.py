@@ -1,32 +1,31 @@
-"""Find and load the course's data: toxic comments for fine-tuning, documents for pretraining.
+"""Find and load the toxic comments the course fine-tunes on, and read data files strictly.
 
 Comments come in the schema of Kaggle's Toxic Comment Classification Challenge (Jigsaw / Conversation AI,
-2018): id, comment_text and six 0/1 labels. `load_comments` finds them (an explicit path, the Kaggle
-input folder, then the sample shipped in data/), checks every row and returns a DataFrame with a report.
-It is the one CSV reader of every command (fine-tuning and prediction, six-label, binary and unlabelled
-files): anything wrong in a file (a missing or extra column, a label other than 0/1, an empty file, bytes
-that are not UTF-8) raises a `DataError` naming the file, the line in the file and the column, and says
-what to do where there is something to do (a binary file read as six-label: --task binary). Empty
-comments are kept and listed in the report, never dropped.
+2018): id, comment_text and six 0/1 labels. `find_comments` says where they come from, in this order: an
+explicit path; Kaggle's competition input; the full Jigsaw training set from the Hugging Face hub (via
+bertlib.downloads, where there is internet and BERTLIB_DOWNLOADS is not 0); the sample shipped in data/.
+`load_comments` checks every row and returns a DataFrame with a report whose `dataset` line says which of
+those it read. It is the one comment reader of every command (fine-tuning and prediction, six-label,
+binary and unlabelled files): anything wrong in a file (a missing or extra column, a label other than 0/1,
+an empty file, bytes that are not UTF-8) raises a `DataError` naming the file, the line in the file and
+the column, and says what to do where there is something to do (a binary file read as six-label: --task
+binary). Empty comments are kept and listed in the report, never dropped.
 
-Documents for pretraining come from a folder of .txt files (one document per file, or documents
-separated by blank lines), the IMDB review folders (aclImdb, Maas et al. 2011) or one column of a CSV
-file (e.g. the HTML `Writeup` column of the Kaggle solution write-ups). Every `Document` keeps an id
-("corpus/05_coffee.txt", "reviews.txt#3", "writeups.csv#12") so that next-sentence prediction can tell
-documents apart and a reader can find the source of any sentence.
+The low-level readers here (`read_bytes`: a file or the one data file in a .zip; `decode_text`: strict
+UTF-8; `read_csv_records`: CSV records with the line each starts on) and `DataError` are shared with
+bertlib.corpus, which reads the documents for pretraining.
 
-Leaves out: downloading (data/README.md says where the real datasets are), cleaning (bertlib.cleaning),
-splitting into sentences and tokenizing (bertlib.sentences, bertlib.nsp, bertlib.wordpiece). Imports no torch itself.
+Leaves out: documents for pretraining (bertlib.corpus), the downloading itself (bertlib.downloads),
+cleaning (bertlib.cleaning), tokenizing (bertlib.wordpiece). Imports no torch.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import re
+import os
 import sys
 import zipfile
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -62,6 +61,8 @@ class DataError(ValueError):
         where = [self.path]
         if line is not None:
             where.append(f"line {line} of the file" + ("" if row is None else f" (data row {row})"))
+        elif row is not None:
+            where.append(f"data row {row}")
         if column is not None:
             where.append(f"column {column!r}")
         super().__init__(", ".join(where) + ": " + problem)
@@ -72,18 +73,20 @@ class DataError(ValueError):
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _display(path: Path) -> str:
-    """A path as shown in reports and errors: relative to the course checkout when inside it."""
-    try:
-        return Path(path).resolve().relative_to(_PACKAGE.parent).as_posix()
-    except ValueError:
-        return str(path)
+def shown_path(path: str | Path) -> str:
+    """A path as shown in reports and errors: relative to the course checkout when inside it, else under the
+    home folder as ~/... (so outputs do not carry the user's name), else as it is."""
+    for root, prefix in ((_PACKAGE.parent, ""), (Path.home(), "~/")):
+        for candidate in (Path(os.path.abspath(path)), Path(path).resolve()):  # a cache's symbolic link kept first
+            if candidate.is_relative_to(root):
+                return prefix + candidate.relative_to(root).as_posix()
+    return str(path)
 
 
-def _read_bytes(path: Path) -> tuple[bytes, str]:
+def read_bytes(path: Path) -> tuple[bytes, str]:
     """The bytes of a file, or of the one data file inside a .zip, and the name to show in errors."""
     if path.suffix.lower() != ".zip":
-        return path.read_bytes(), _display(path)
+        return path.read_bytes(), shown_path(path)
     try:
         with zipfile.ZipFile(path) as archive:
             members = [m for m in archive.namelist() if not m.endswith("/")]
@@ -91,7 +94,7 @@ def _read_bytes(path: Path) -> tuple[bytes, str]:
             if len(wanted) != 1:
                 raise DataError(path, f"expected one file inside the zip (or one named {path.stem}), "
                                       f"found {members}")
-            return archive.read(wanted[0]), f"{_display(path)} (member {wanted[0]})"
+            return archive.read(wanted[0]), f"{shown_path(path)} (member {wanted[0]})"
     except zipfile.BadZipFile as error:
         raise DataError(path, f"not a readable zip file ({error})") from None
 
@@ -111,7 +114,7 @@ def _csv_position(prefix: str) -> tuple[int | None, str | None]:
     return len(rows) - 1, header[len(last) - 1] if len(last) <= len(header) else None
 
 
-def _decode(raw: bytes, name: str, *, is_csv: bool = False, empty_ok: bool = False) -> str:
+def decode_text(raw: bytes, name: str, *, is_csv: bool = False, empty_ok: bool = False) -> str:
     """Strict UTF-8 (a byte-order mark is allowed); a bad byte (or an empty file, unless empty_ok) is a DataError."""
     if not raw.strip() and not empty_ok:
         raise DataError(name, "the file is empty" if not raw else "the file holds only whitespace")
@@ -128,9 +131,9 @@ def _decode(raw: bytes, name: str, *, is_csv: bool = False, empty_ok: bool = Fal
     return text.replace("\r\n", "\n").replace("\r", "\n") if not is_csv else text
 
 
-def _read_csv(raw: bytes, name: str) -> tuple[list[str], list[tuple[int, list[str]]]]:
+def read_csv_records(raw: bytes, name: str) -> tuple[list[str], list[tuple[int, list[str]]]]:
     """Header and records [(line in the file where the record starts, fields)]; blank lines skipped."""
-    reader = csv.reader(io.StringIO(_decode(raw, name, is_csv=True), newline=""))
+    reader = csv.reader(io.StringIO(decode_text(raw, name, is_csv=True), newline=""))
     records: list[tuple[int, list[str]]] = []
     old_limit = csv.field_size_limit(_MAX_FIELD)
     try:
@@ -157,15 +160,20 @@ Task = Literal["multilabel", "binary", "text"]
 TASKS = ("multilabel", "binary", "text")
 
 
-def _listing(ids: list[str], lines: list[int], limit: int = 10) -> str:
+def _listing(ids: list[str], lines: list[int], limit: int = 10, where: str = "line") -> str:
     """'id (line n), ...' for the first `limit` entries."""
-    shown = ", ".join(f"{i} (line {n})" for i, n in zip(ids[:limit], lines, strict=False))
+    shown = ", ".join(f"{i} ({where} {n})" for i, n in zip(ids[:limit], lines, strict=False))
     return shown + (" ..." if len(ids) > limit else "")
 
 
 @dataclass
 class LoadReport:
-    """What `load_comments` read: the source, the rows kept, the empty comments and the repeated rows."""
+    """What `load_comments` read: the file, the rows kept, the empty comments and the repeated rows.
+
+    `source` is the file as shown in errors; `dataset` is one line saying which data that is and where it
+    came from (the sample, Kaggle's input, the hub, a file of yours), for a notebook to print.
+    `empty_lines` and `duplicate_lines` are lines of a CSV file, or data rows (from 1) of a parquet file.
+    """
 
     source: str
     rows: int
@@ -174,16 +182,18 @@ class LoadReport:
     duplicate_ids: list[str] = field(default_factory=list)
     duplicate_lines: list[int] = field(default_factory=list)
     duplicates_dropped: bool = False
+    dataset: str = ""
+    position: str = "line"  # what empty_lines and duplicate_lines count: "line" (CSV) or "row" (parquet)
 
     def __str__(self) -> str:
         """A summary line, plus the ids (the first ten) of empty comments and repeated rows."""
         text = f"{self.source}: {self.rows} comments, {len(self.empty_ids)} empty or missing"
         if self.empty_ids:
-            text += f": {_listing(self.empty_ids, self.empty_lines)}"
+            text += f": {_listing(self.empty_ids, self.empty_lines, where=self.position)}"
         if self.duplicate_ids:
             fate = "dropped" if self.duplicates_dropped else "kept"
             text += (f"\n{len(self.duplicate_ids)} rows repeat an earlier row ({fate}): "
-                     f"{_listing(self.duplicate_ids, self.duplicate_lines)}")
+                     f"{_listing(self.duplicate_ids, self.duplicate_lines, where=self.position)}")
         return text
 
 
@@ -198,6 +208,11 @@ class CommentData:
     def __len__(self) -> int:
         """The number of comments."""
         return len(self.frame)
+
+    @property
+    def source(self) -> str:
+        """One line saying which comments these are and where they came from (the report's `dataset`)."""
+        return self.report.dataset
 
     def __getitem__(self, column: str) -> pd.Series:
         """A column of the frame, e.g. data["comment_text"]."""
@@ -214,23 +229,89 @@ class CommentData:
         return self.frame[list(self.label_names)].to_numpy(dtype=np.int64)
 
 
-def find_comments(path: str | Path | None = None) -> Path:
-    """The comments file: `path` (a file, or a folder with train.csv[.zip]), else Kaggle's input, else the sample."""
+SourceKind = Literal["file", "kaggle", "hub", "sample"]
+
+
+@dataclass(frozen=True)
+class CommentsSource:
+    """Where the comments come from: the file, the kind of source, and one line saying so.
+
+    `path` is None only for the hub's file when `locate_comments(download=False)` did not fetch it.
+    """
+
+    path: Path | None
+    kind: SourceKind
+    dataset: str
+
+
+def _explicit_file(path: Path) -> Path:
+    """A file given by the user: itself, or train.csv[.zip] inside a folder."""
+    if path.is_dir():
+        for name in ("train.csv", "train.csv.zip"):
+            if (path / name).is_file():
+                return path / name
+        raise FileNotFoundError(f"{path} is a folder without train.csv or train.csv.zip")
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    return path
+
+
+def _hub_comments(download: bool) -> tuple[Path | None, str | None]:
+    """(the full Jigsaw file from the hub or None when not fetched, None or why the hub is not used)."""
+    from . import downloads
+
+    problem = downloads.hub_problem(downloads.JIGSAW_REPO, downloads.JIGSAW_FILE)
+    if problem is None:
+        try:
+            downloads.parquet_module()
+        except ImportError as error:
+            problem = str(error)
+    if problem is not None or not download:
+        return None, problem
+    path = downloads.jigsaw_file()
+    return path, None if path is not None else "the download failed (see the line above)"
+
+
+def locate_comments(path: str | Path | None = None, *, download: bool = True) -> CommentsSource:
+    """Where the comments come from, in this order, and a line saying which data that is.
+
+    1. `path`: a CSV (.csv, .csv.zip) or parquet file, or a folder holding train.csv[.zip];
+    2. Kaggle's competition input (KAGGLE_DIR: train.csv or train.csv.zip);
+    3. the full Jigsaw training set from the Hugging Face hub (bertlib.downloads.JIGSAW_REPO / JIGSAW_FILE,
+       159,571 comments, cached after the first download) where the hub can be reached or the file is in
+       the cache, unless BERTLIB_DOWNLOADS=0 (the tests) or HF_HUB_OFFLINE without a cached copy;
+    4. the course's sample, shipped in data/.
+    download=False only asks (one HEAD request) whether the hub would serve the file, and leaves `path` None.
+    """
     if path is not None:
-        path = Path(path)
-        if path.is_dir():
-            for name in ("train.csv", "train.csv.zip"):
-                if (path / name).is_file():
-                    return path / name
-            raise FileNotFoundError(f"{path} is a folder without train.csv or train.csv.zip")
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: no such file")
-        return path
-    candidates = [KAGGLE_DIR / "train.csv", KAGGLE_DIR / "train.csv.zip", sample_dir() / SAMPLE_COMMENTS]
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
-    raise FileNotFoundError("no comments found; looked for " + ", ".join(map(str, candidates)))
+        found = _explicit_file(Path(path))
+        kind: SourceKind = "kaggle" if found.parent == Path(KAGGLE_DIR) else "file"
+        what = "Kaggle's competition comments" if kind == "kaggle" else "comments from the file given"
+        return CommentsSource(found, kind, f"{what} ({shown_path(found)})")
+    for name in ("train.csv", "train.csv.zip"):
+        if (KAGGLE_DIR / name).is_file():
+            return CommentsSource(KAGGLE_DIR / name, "kaggle", f"Kaggle's competition comments ({KAGGLE_DIR / name})")
+    from .downloads import JIGSAW_FILE, JIGSAW_REPO
+
+    hub_path, problem = _hub_comments(download)
+    if problem is None:
+        later = "" if hub_path is not None else ", downloaded when first read, then cached"
+        what = f"the full Jigsaw training set from the Hugging Face hub ({JIGSAW_REPO}, {JIGSAW_FILE}{later})"
+        return CommentsSource(hub_path, "hub", what)
+    sample = sample_dir() / SAMPLE_COMMENTS
+    if not sample.is_file():
+        raise FileNotFoundError(f"no comments found: no Kaggle input in {KAGGLE_DIR}, no hub ({problem}), "
+                                f"and no sample at {sample}")
+    return CommentsSource(sample, "sample", f"the course's sample comments ({shown_path(sample)}); the full Jigsaw "
+                                            f"set is not used: {problem}")
+
+
+def find_comments(path: str | Path | None = None) -> Path:
+    """The comments file: `path`, else Kaggle's input, else the full set from the hub, else the sample.
+
+    See `locate_comments` for the order and its conditions; the hub's file is downloaded (once) here.
+    """
+    return locate_comments(path).path
 
 
 def _label_columns(header: list[str], task: Task, name: str) -> tuple[str, ...]:
@@ -269,9 +350,13 @@ def _label_columns(header: list[str], task: Task, name: str) -> tuple[str, ...]:
 
 
 def _comment_rows(name: str, header: list[str], records: list[tuple[int, list[str]]], labels: tuple[str, ...], *,
-                  text: bool = True, label_values: tuple[str, ...] = ("0", "1"),
-                  drop_duplicates: bool = False) -> CommentData:
-    """Check the records of a checked header row by row: ids, labels in `label_values`, repeats, empty comments."""
+                  text: bool = True, label_values: tuple[str, ...] = ("0", "1"), drop_duplicates: bool = False,
+                  position: str = "line") -> CommentData:
+    """Check the records of a checked header row by row: ids, labels in `label_values`, repeats, empty comments.
+
+    Each record is (where it starts, fields): a line of a CSV file (position="line"), or a data row of a
+    parquet file (position="row"), where errors then name only the row.
+    """
     if not records:
         raise DataError(name, "a header but no comments", line=1)
     kept = ("id", "comment_text", *labels) if text else ("id", *labels)
@@ -279,24 +364,24 @@ def _comment_rows(name: str, header: list[str], records: list[tuple[int, list[st
     has_id = "id" in where
     columns: dict[str, list] = {c: [] for c in kept}
     seen: dict[str, tuple[int, list[str]]] = {}  # id -> (line, fields) of its first row
-    report = LoadReport(source=name, rows=0, duplicates_dropped=drop_duplicates)
+    report = LoadReport(source=name, rows=0, duplicates_dropped=drop_duplicates, position=position)
     allowed = " or ".join(label_values)
     for row, (line, fields) in enumerate(records, start=1):
+        at = {"line": line, "row": row} if position == "line" else {"row": row}
         if len(fields) != len(header):
-            raise DataError(name, f"{len(fields)} fields, expected {len(header)} (a quote not closed?)",
-                            line=line, row=row)
+            raise DataError(name, f"{len(fields)} fields, expected {len(header)} (a quote not closed?)", **at)
         comment_id = fields[where["id"]].strip() if has_id else str(row)
         if not comment_id:
-            raise DataError(name, "empty id", line=line, row=row, column="id")
+            raise DataError(name, "empty id", column="id", **at)
         values = {c: fields[where[c]] if c == "comment_text" else fields[where[c]].strip() for c in kept[1:]}
         for label in labels:
             if values[label] not in label_values:
-                raise DataError(name, f"label {values[label]!r} is not {allowed}", line=line, row=row, column=label)
+                raise DataError(name, f"label {values[label]!r} is not {allowed}", column=label, **at)
         if has_id and comment_id in seen:
             first, first_values = seen[comment_id]
             if first_values != values:
-                raise DataError(name, f"id {comment_id!r} is used on line {first} for a different comment "
-                                      "or labels", line=line, row=row, column="id")
+                raise DataError(name, f"id {comment_id!r} is used on {position} {first} for a different comment "
+                                      "or labels", column="id", **at)
             report.duplicate_ids.append(comment_id)
             report.duplicate_lines.append(line)
             if drop_duplicates:
@@ -313,23 +398,43 @@ def _comment_rows(name: str, header: list[str], records: list[tuple[int, list[st
     return CommentData(frame=frame, report=report, label_names=labels)
 
 
+def _parquet_records(path: Path) -> tuple[str, list[str], list[tuple[int, list[str]]]]:
+    """(name shown, header, records) of a parquet file in the Jigsaw schema, checked by bertlib.downloads."""
+    from .downloads import read_jigsaw_parquet
+
+    frame = read_jigsaw_parquet(path)  # id, comment_text, six 0/1 labels: types and values already checked
+    labels = frame[list(LABELS)].astype(str).to_numpy().tolist()
+    rows = [[cid, text, *values] for cid, text, values in zip(frame["id"], frame["comment_text"], labels, strict=True)]
+    return shown_path(path), list(COLUMNS), list(enumerate(rows, start=1))
+
+
 def load_comments(path: str | Path | None = None, *, task: Task = "multilabel",
                   drop_duplicates: bool = False) -> CommentData:
-    """Read and check a comments CSV (see `find_comments` for where from): the one reader of every command.
+    """Read and check comments (see `locate_comments` for where from): the one comment reader of every command.
 
+    A CSV file (or the one CSV inside a .zip), or a parquet file in the Jigsaw schema (the hub's copy).
     task="multilabel": the Kaggle Jigsaw schema, id, comment_text and the six 0/1 labels, nothing else.
     task="binary": comment_text and either a 'toxic' column or the six labels (any of them = toxic);
     id optional (rows are numbered from 1 without it). task="text": only comment_text is needed
     (id optional, other columns ignored), for files to score. A row identical to an earlier one (same
     id, text and labels; some public copies of the data have them) is listed in the report and kept,
     or dropped with drop_duplicates=True. The same id with a different text or labels is a DataError.
+    The result's `source` says which data it is (sample, Kaggle, hub or a file given).
     """
     if task not in TASKS:
         raise ValueError(f"task must be one of {TASKS}, not {task!r}")
-    raw, name = _read_bytes(find_comments(path))
-    header, records = _read_csv(raw, name)
+    where = locate_comments(path)
+    if where.path.suffix.lower() == ".parquet":
+        name, header, records = _parquet_records(where.path)
+        position = "row"
+    else:
+        raw, name = read_bytes(where.path)
+        header, records = read_csv_records(raw, name)
+        position = "line"
     labels = _label_columns(header, task, name)
-    return _comment_rows(name, header, records, labels, drop_duplicates=drop_duplicates)
+    loaded = _comment_rows(name, header, records, labels, drop_duplicates=drop_duplicates, position=position)
+    loaded.report.dataset = where.dataset
+    return loaded
 
 
 def load_kaggle_test(path: str | Path) -> CommentData:
@@ -344,8 +449,8 @@ def load_kaggle_test(path: str | Path) -> CommentData:
         raise FileNotFoundError(f"{candidates[0]} (or .zip) not found: the test labels sit next to {path.name}")
     tables = []
     for file, text in ((path, True), (labels_path, False)):
-        raw, name = _read_bytes(file)
-        header, records = _read_csv(raw, name)
+        raw, name = read_bytes(file)
+        header, records = read_csv_records(raw, name)
         wanted = ["id", "comment_text"] if text else ["id", *LABELS]
         missing = [c for c in wanted if c not in header]
         if missing:
@@ -358,7 +463,9 @@ def load_kaggle_test(path: str | Path) -> CommentData:
     scored = (frame[list(LABELS)] != -1).all(axis=1)
     print(f"{texts.report.source}: {len(frame)} comments, {int(scored.sum())} scored (labels not -1)")
     kept = frame[scored].reset_index(drop=True)
-    return CommentData(frame=kept, report=LoadReport(source=texts.report.source, rows=len(kept)), label_names=LABELS)
+    report = LoadReport(source=texts.report.source, rows=len(kept),
+                        dataset=f"Kaggle's test set, scored rows only ({texts.report.source})")
+    return CommentData(frame=kept, report=report, label_names=LABELS)
 
 
 def load_comment_lines(path: str | Path) -> tuple[list[str], list[int], str]:
@@ -373,172 +480,9 @@ def load_comment_lines(path: str | Path) -> tuple[list[str], list[int], str]:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such file")
-        raw, name = path.read_bytes(), _display(path)
-    text = _decode(raw, name)
+        raw, name = path.read_bytes(), shown_path(path)
+    text = decode_text(raw, name)
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # the newline that ends the last line starts no comment
     return lines, list(range(1, len(lines) + 1)), name
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Documents for pretraining
-# ---------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Document:
-    """One document: an id that says where it came from, and its text (paragraphs kept)."""
-
-    doc_id: str
-    text: str
-
-
-@dataclass(repr=False)
-class Corpus(Sequence):
-    """A list of documents plus where they came from and which inputs were skipped as empty."""
-
-    documents: list[Document]
-    source: str
-    files: int
-    skipped: list[str] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        """The number of documents."""
-        return len(self.documents)
-
-    def __getitem__(self, index: int | slice) -> Document | list[Document]:
-        """A document (or a list of them, for a slice)."""
-        return self.documents[index]
-
-    def __iter__(self) -> Iterator[Document]:
-        """The documents in order."""
-        return iter(self.documents)
-
-    @property
-    def texts(self) -> list[str]:
-        """The documents' texts."""
-        return [doc.text for doc in self.documents]
-
-    @property
-    def chars(self) -> int:
-        """Characters in all documents."""
-        return sum(len(doc.text) for doc in self.documents)
-
-    def __str__(self) -> str:
-        """One line: source, documents, files, characters, and the skipped inputs."""
-        text = f"{self.source}: {len(self)} documents from {self.files} files, {self.chars} characters"
-        if self.skipped:
-            more = " ..." if len(self.skipped) > 5 else ""
-            text += f", {len(self.skipped)} empty skipped ({', '.join(self.skipped[:5])}{more})"
-        return text
-
-    __repr__ = __str__
-
-
-def _html_to_text(text: str) -> str:
-    """Only the html and whitespace steps of bertlib.cleaning: tags out, <p>/<br> -> line breaks."""
-    from .cleaning import STEP_NAMES, clean_text
-
-    return clean_text(text, **{step: step in ("html", "whitespace") for step in STEP_NAMES})
-
-
-def _progress(items: list, desc: str) -> Iterator:
-    """A tqdm bar over `items` when there are many (IMDB has 100,000 files), else the plain list."""
-    if len(items) < 500:
-        return iter(items)
-    from tqdm.auto import tqdm
-
-    return iter(tqdm(items, desc=desc, unit="file"))
-
-
-def _split_blank_lines(text: str) -> list[str]:
-    """Documents separated by one or more blank (or whitespace-only) lines."""
-    return [block.strip() for block in re.split(r"\n[ \t]*\n", text)]
-
-
-def load_corpus(path: str | Path | None = None, *, split: str = "file") -> Corpus:
-    """Documents from a .txt file or a folder of them (recursive); the default is the shipped data/corpus.
-
-    split="file": one document per file, ids like "corpus/05_coffee.txt".
-    split="blank_lines": documents separated by blank lines, ids like "reviews.txt#3" (from 1).
-    """
-    if split not in ("file", "blank_lines"):
-        raise ValueError(f"split must be 'file' or 'blank_lines', not {split!r}")
-    root = Path(path) if path is not None else sample_dir() / SAMPLE_CORPUS
-    if not root.exists():
-        raise FileNotFoundError(f"{root}: no such file or folder")
-    files = [root] if root.is_file() else sorted(root.rglob("*.txt"))
-    if not files:
-        raise DataError(_display(root), "no .txt files in this folder")
-    documents, skipped = [], []
-    for file in _progress(files, "reading corpus"):
-        file_id = file.name if file == root else f"{root.name}/{file.relative_to(root).as_posix()}"
-        text = _decode(file.read_bytes(), _display(file), empty_ok=True)
-        parts = [(file_id, text.strip())] if split == "file" else [
-            (f"{file_id}#{k}", block) for k, block in enumerate(_split_blank_lines(text), start=1)]
-        for doc_id, body in parts:
-            if body:
-                documents.append(Document(doc_id, body))
-            else:
-                skipped.append(doc_id)
-    return Corpus(documents=documents, source=_display(root), files=len(files), skipped=skipped)
-
-
-def _natural_key(path: Path) -> tuple:
-    """Sort "2_3.txt" before "10_1.txt" (IMDB names are <review id>_<rating>.txt)."""
-    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name))
-
-
-def load_imdb(folder: str | Path, *, splits: Sequence[str] = ("train", "test"),
-              labels: Sequence[str] = ("pos", "neg", "unsup"), html: bool = True) -> Corpus:
-    """Reviews of the IMDB dataset, aclImdb/{train,test}/{pos,neg,unsup}/*.txt, one document per review.
-
-    `folder` is aclImdb or the folder holding it; ids are like "aclImdb/train/pos/0_9.txt". Reviews contain
-    "<br /><br />" between paragraphs: html=True turns them into blank lines (and drops other tags).
-    """
-    root = Path(folder)
-    if (root / "aclImdb").is_dir():
-        root = root / "aclImdb"
-    folders = [root / s / label for s in splits for label in labels if (root / s / label).is_dir()]
-    if not folders:
-        raise DataError(root, "no aclImdb layout here (train/pos, train/neg, test/pos, ...): download and "
-                              "unpack aclImdb_v1.tar.gz, see data/README.md")
-    files = [file for sub in folders for file in sorted(sub.glob("*.txt"), key=_natural_key)]
-    documents, skipped = [], []
-    for file in _progress(files, "reading IMDB"):
-        doc_id = f"{root.name}/{file.relative_to(root).as_posix()}"
-        text = _decode(file.read_bytes(), _display(file), empty_ok=True)
-        text = _html_to_text(text) if html else text.strip()
-        if text:
-            documents.append(Document(doc_id, text))
-        else:
-            skipped.append(doc_id)
-    return Corpus(documents=documents, source=_display(root), files=len(files), skipped=skipped)
-
-
-def load_csv_column(path: str | Path, column: str, *, html: bool = False, id_column: str | None = None) -> Corpus:
-    """One document per row from a CSV column (e.g. column="Writeup", html=True for Kaggle's write-ups).
-
-    Ids are "<file name>#<data row, from 1>", or the value of `id_column`. Empty cells are skipped and listed.
-    """
-    path = Path(path)
-    raw, name = _read_bytes(path)
-    header, records = _read_csv(raw, name)
-    for wanted in (column, id_column):
-        if wanted is not None and wanted not in header:
-            raise DataError(name, f"no column {wanted!r}; the columns are {header}", line=1, column=wanted)
-    index = header.index(column)
-    id_index = header.index(id_column) if id_column is not None else None
-    documents, skipped = [], []
-    for row, (line, fields) in enumerate(records, start=1):
-        if len(fields) != len(header):
-            raise DataError(name, f"{len(fields)} fields, expected {len(header)} (a quote not closed?)",
-                            line=line, row=row)
-        doc_id = fields[id_index] if id_index is not None else f"{path.name}#{row}"
-        text = _html_to_text(fields[index]) if html else fields[index].strip()
-        if text:
-            documents.append(Document(doc_id, text))
-        else:
-            skipped.append(doc_id)
-    return Corpus(documents=documents, source=name, files=1, skipped=skipped)

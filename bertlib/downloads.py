@@ -1,13 +1,14 @@
 """Real data from the Hugging Face hub where there is internet: the full Jigsaw comments and WikiText-103.
 
-The shipped sample (data/) stays the offline default; these functions are what bertlib.data tries before
-it. Every download goes through `huggingface_hub.hf_hub_download` (repo_type="dataset"), so it is cached
-(~/.cache/huggingface/hub), shows a progress bar, and honours HF_ENDPOINT (a mirror) and HF_HUB_OFFLINE
-(cache only), both read when a function is called, so setting them in a notebook after the imports works.
-`hub_file` checks the file's size against the hub's metadata and prints one line saying what it fetched
-and from where. Offline, or when the hub cannot be reached or no longer has the file, it prints the reason
-and returns None, and callers fall back to the sample; a file that is corrupt or the wrong size is a
-`DataError` naming the file.
+The shipped sample (data/) stays the offline default; these functions are what bertlib.data (comments)
+and bertlib.corpus (pretraining text) try before it. Every download goes through
+`huggingface_hub.hf_hub_download` (repo_type="dataset"), so it is cached (~/.cache/huggingface/hub),
+shows a progress bar, and honours HF_ENDPOINT (a mirror) and HF_HUB_OFFLINE (cache only), both read
+when a function is called, so setting them in a notebook after the imports works. `hub_file` checks the
+file's size against the hub's metadata and prints one line saying what it fetched and from where.
+Offline, or when the hub cannot be reached or no longer has the file, it prints the reason and returns
+None, and callers fall back to the sample; `hub_problem` gives that reason without downloading. A file
+that is corrupt or the wrong size is a `DataError` naming the file.
 
 Settings (module constants; each can be set with the environment variable of the same name, prefixed
 BERTLIB_, e.g. BERTLIB_JIGSAW_REPO, because a mirror can move):
@@ -35,7 +36,8 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from .data import COLUMNS, KAGGLE_DIR, LABELS, Corpus, DataError, Document
+from .corpus import Corpus, Document
+from .data import COLUMNS, LABELS, DataError, shown_path
 
 if TYPE_CHECKING:
     import pyarrow.parquet
@@ -78,14 +80,6 @@ def _size(size: int) -> str:
     return f"{size / 1e6:.1f} MB" if size >= 1e6 else f"{size / 1e3:.1f} kB"
 
 
-def _shown(path: Path) -> str:
-    """A path as printed: under the home folder as ~/..., so outputs do not carry the user's name."""
-    try:
-        return "~/" + path.relative_to(Path.home()).as_posix()
-    except ValueError:
-        return str(path)
-
-
 def _unreadable(path: str | Path, error: BaseException) -> DataError:
     """The error for a parquet file that cannot be read, saying which file to delete (the cache's blob)."""
     return DataError(path, f"not a readable parquet file ({_first_line(error)}); if it came from the hub, delete "
@@ -96,6 +90,36 @@ def _first_line(error: BaseException) -> str:
     """The error's type and the first non-empty line of its message."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return type(error).__name__ + (f": {lines[0]}" if lines else "")
+
+
+def hub_problem(repo_id: str, filename: str, *, repo_type: str = "dataset", revision: str | None = None) -> str | None:
+    """Why `filename` of `repo_id` cannot be had from the hub now, or None when it can; downloads nothing.
+
+    BERTLIB_DOWNLOADS=0: never. HF_HUB_OFFLINE: only a copy in the cache counts. Otherwise the hub must
+    answer one HEAD request for the file (an unreachable hub, or a file it no longer has, is a problem).
+    The same rule as `hub_file`, asked without fetching: for saying which data a notebook will use.
+    """
+    if os.environ.get("BERTLIB_DOWNLOADS") == "0":
+        return "BERTLIB_DOWNLOADS=0 leaves the hub alone"
+    try:
+        from huggingface_hub import get_hf_file_metadata, hf_hub_url, try_to_load_from_cache
+        from huggingface_hub.utils import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
+    except ImportError:
+        return "huggingface_hub is not installed"
+    revision = revision or HUB_REVISION
+    endpoint, cache, offline = _settings()
+    if offline is not None:
+        cached = try_to_load_from_cache(repo_id, filename, cache_dir=cache, revision=revision, repo_type=repo_type)
+        return None if isinstance(cached, str) else f"{offline} and {repo_id}/{filename} is not in the cache"
+    url = hf_hub_url(repo_id, filename, repo_type=repo_type, revision=revision, endpoint=endpoint)
+    try:
+        get_hf_file_metadata(url, timeout=10)
+    except (RepositoryNotFoundError, RevisionNotFoundError, EntryNotFoundError) as error:
+        moved = "; if it moved, set BERTLIB_JIGSAW_REPO or BERTLIB_WIKITEXT_REPO" if repo_type == "dataset" else ""
+        return f"the hub has no {url} ({_first_line(error)}){moved}"
+    except Exception as error:  # no network, DNS, proxy, hub down (5xx): the reason is shown, not raised
+        return f"the hub at {endpoint} cannot be reached ({_first_line(error)})"
+    return None
 
 
 def hub_file(repo_id: str, filename: str, *, revision: str | None = None) -> Path | None:
@@ -134,7 +158,7 @@ def hub_file(repo_id: str, filename: str, *, revision: str | None = None) -> Pat
         path = Path(hf_hub_download(repo_id, filename, repo_type="dataset", revision=revision, cache_dir=cache,
                                     endpoint=endpoint, local_files_only=offline is not None))
     except LocalEntryNotFoundError:
-        where = _shown(Path(cache)) if cache else "the Hugging Face cache"
+        where = shown_path(Path(cache)) if cache else "the Hugging Face cache"
         print(f"hub: {repo_id}/{filename} not fetched: {offline or 'the hub cannot be reached'}, "
               f"and there is no copy in {where}")
         return None
@@ -146,7 +170,7 @@ def hub_file(repo_id: str, filename: str, *, revision: str | None = None) -> Pat
                               f"incomplete or damaged; delete {path.resolve()} and run again")
     fetched = "using the cached" if isinstance(cached_before, str) and Path(cached_before) == path else "downloaded"
     note = f" ({offline})" if offline else ""
-    print(f"hub: {fetched} {filename} ({_size(size)}) of {url.split('/resolve/')[0]} at {_shown(path)}{note}")
+    print(f"hub: {fetched} {filename} ({_size(size)}) of {url.split('/resolve/')[0]} at {shown_path(path)}{note}")
     return path
 
 
@@ -155,7 +179,7 @@ def hub_file(repo_id: str, filename: str, *, revision: str | None = None) -> Pat
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _parquet_module():
+def parquet_module():
     """pyarrow.parquet, or an ImportError that says how to install it."""
     try:
         import pyarrow.parquet as parquet
@@ -166,7 +190,7 @@ def _parquet_module():
 
 def open_parquet(path: str | Path, columns: Iterable[str]) -> pyarrow.parquet.ParquetFile:
     """A parquet file checked to be readable, to have `columns` and at least one row (else DataError)."""
-    parquet = _parquet_module()
+    parquet = parquet_module()
     try:
         table = parquet.ParquetFile(path)
     except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError, ArrowIOError an OSError
@@ -214,7 +238,7 @@ def read_jigsaw_parquet(path: str | Path) -> pd.DataFrame:
 
 def jigsaw_file(*, repo_id: str | None = None, filename: str | None = None, revision: str | None = None) -> Path | None:
     """The full Jigsaw training set (parquet) from the hub, or None offline (see `hub_file`)."""
-    _parquet_module()  # fail before a download that could not be read
+    parquet_module()  # fail before a download that could not be read
     path = hub_file(repo_id or JIGSAW_REPO, filename or JIGSAW_FILE, revision=revision)
     if path is not None:
         open_parquet(path, COLUMNS)
@@ -249,14 +273,15 @@ def comments_to_corpus(comments: pd.DataFrame, source: str, *, exclude_ids: Iter
 def kaggle_comment_documents(folder: str | Path | None = None, *, exclude_ids: Iterable[str] = ()) -> Corpus | None:
     """On Kaggle, the competition's training comments as pretraining documents; None without that input.
 
-    `folder` defaults to bertlib.data.KAGGLE_DIR; the comments are read and checked by bertlib.data.load_comments.
+    `folder` defaults to bertlib.data.KAGGLE_DIR (read at the call); the comments are read and checked by
+    bertlib.data.load_comments.
     """
-    from .data import load_comments
+    from . import data
 
-    folder = Path(folder) if folder is not None else KAGGLE_DIR
+    folder = Path(folder) if folder is not None else data.KAGGLE_DIR
     if not any((folder / name).is_file() for name in ("train.csv", "train.csv.zip")):
         return None
-    comments = load_comments(folder)
+    comments = data.load_comments(folder)
     return comments_to_corpus(comments.frame, comments.report.source, exclude_ids=exclude_ids)
 
 
@@ -318,7 +343,7 @@ def _wikitext_lines(files: Iterable[str], repo_id: str, folder: str, revision: s
 
 def wikitext_documents(split: str = "train", max_documents: int | None = None, *, repo_id: str | None = None,
                        folder: str | None = None, revision: str | None = None) -> Corpus | None:
-    """WikiText-103 articles from the hub as a bertlib.data.Corpus (one Document per article), or None offline.
+    """WikiText-103 articles from the hub as a bertlib.corpus.Corpus (one Document per article), or None offline.
 
     Articles with a title and no text are listed in the corpus's `skipped`. max_documents stops after that
     many articles with text (the second train file is then fetched only if needed).
@@ -328,7 +353,7 @@ def wikitext_documents(split: str = "train", max_documents: int | None = None, *
         raise ValueError(f"split must be one of {sorted(WIKITEXT_FILES)}, not {split!r}")
     if max_documents is not None and max_documents < 1:
         raise ValueError(f"max_documents must be at least 1, not {max_documents}")
-    _parquet_module()
+    parquet_module()
     repo_id, folder = repo_id or WIKITEXT_REPO, (folder or WIKITEXT_FOLDER).strip("/")
     fetched: list[Path] = []
     lines = _wikitext_lines(WIKITEXT_FILES[split], repo_id, folder, revision, fetched)

@@ -176,7 +176,7 @@ def tokenize_documents(documents: Sequence[Any], tokenizer: Any,
 def create_instances(documents: Sequence[Any], tokenizer: Any, max_seq_len: int = 128,
                      short_seq_prob: float = 0.1, dupe_factor: int = 1, seed: int = 0,
                      show_progress: bool = True) -> list[PretrainingInstance]:
-    """Documents (str or objects with .text, e.g. bertlib.data.Document) -> shuffled NSP sentence pairs.
+    """Documents (str or objects with .text, e.g. bertlib.corpus.Document) -> shuffled NSP sentence pairs.
 
     Document indices in the instances' sentences_a / sentences_b count only documents that have text.
     """

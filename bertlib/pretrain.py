@@ -4,9 +4,12 @@
         [--steps 10000] [--batch-size 32] [--seq-len 128] [--lr 1e-4] [--whole-word] [--dupe-factor 5] ...
     torchrun --nproc_per_node=N -m bertlib.pretrain ...    (the same, data-parallel; --batch-size per process)
 
---corpus is what bertlib.data.load_corpus reads (a folder of .txt files, one document per file, or one
-file); --vocab a vocab.txt (notebook 02 writes one). Without --vocab, a WordPiece vocabulary of
---vocab-size tokens is trained on the corpus and saved as DIR/vocab.txt. Some documents (--eval-fraction)
+--corpus is what bertlib.corpus.load_corpus reads (a folder of .txt files, one document per file, or one
+file), or the name of a source of bertlib.corpus.pretraining_corpus: `wikitext` (WikiText-103 from the
+Hugging Face hub), `kaggle` (the Jigsaw comments of Kaggle's competition input), `sample` (the shipped
+corpus) or `auto` (the first of those three that is there); --max-documents keeps the first N documents.
+--vocab is a vocab.txt (notebook 02 writes one). Without --vocab, a WordPiece vocabulary of --vocab-size
+tokens is trained on the corpus and saved as DIR/vocab.txt. Some documents (--eval-fraction)
 are held out, and their MLM/NSP loss and accuracy are measured every --eval-every steps.
 
 Checkpoints go to DIR/checkpoint-{step}.pt (bertlib.trainer.Trainer: model, optimizer, schedule, RNG
@@ -41,7 +44,9 @@ def _parser() -> argparse.ArgumentParser:
     """The command line."""
     parser = argparse.ArgumentParser(prog="python -m bertlib.pretrain", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default="mini", choices=list(BertConfig.PRESETS), help="model size preset")
-    parser.add_argument("--corpus", required=True, help="folder of .txt documents (or one .txt file)")
+    parser.add_argument("--corpus", required=True,
+                        help="folder of .txt documents (or one .txt file), or a source: auto, sample, wikitext, kaggle")
+    parser.add_argument("--max-documents", type=int, default=None, help="use only the first N documents")
     parser.add_argument("--vocab", default=None, help="vocab.txt (default: train one on the corpus)")
     parser.add_argument("--vocab-size", type=int, default=8000, help="size of a vocabulary trained here")
     parser.add_argument("--out", required=True, help="folder for checkpoints, run.json, history.csv, pretrained/")
@@ -74,6 +79,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run it (bertlib.pretraining_run.run_pretraining)."""
     args = _parser().parse_args(argv)
+    if args.max_documents is not None and args.max_documents < 2:
+        raise SystemExit(f"--max-documents must be at least 2 (NSP needs two documents), got {args.max_documents}")
     if not 5 <= args.seq_len <= 512:
         raise SystemExit(f"--seq-len must be between 5 and 512 (the position table's size), got {args.seq_len}")
     return run_pretraining(args)

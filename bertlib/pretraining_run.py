@@ -40,9 +40,9 @@ from .wordpiece_trainer import train_wordpiece
 
 PROG = "python -m bertlib.pretrain"
 # Arguments that decide the data, the model or the optimizer's state: a resumed run must keep them.
-FIXED_ON_RESUME = ("config", "corpus", "vocab", "seq_len", "batch_size", "mlm_probability", "max_predictions",
-                   "whole_word", "dupe_factor", "short_seq_prob", "eval_fraction", "seed", "vocab_size", "attn",
-                   "dropout", "lr", "warmup_ratio")
+FIXED_ON_RESUME = ("config", "corpus", "max_documents", "vocab", "seq_len", "batch_size", "mlm_probability",
+                   "max_predictions", "whole_word", "dupe_factor", "short_seq_prob", "eval_fraction", "seed",
+                   "vocab_size", "attn", "dropout", "lr", "warmup_ratio")
 
 
 class PretrainError(ValueError):
@@ -72,6 +72,21 @@ def check_resume(out: Path, args: dict[str, Any]) -> list[str]:
         return [f"--steps was {saved.get('steps')}, now {args['steps']}: the learning rate now decays to 0 at "
                 f"step {args['steps']}"]
     return []
+
+
+def load_texts(corpus: str, max_documents: int | None) -> tuple[list[str], str]:
+    """The documents' texts and a line saying what they are: --corpus is a path, or a source of
+    bertlib.corpus.pretraining_corpus (auto, sample, wikitext, kaggle) when no file or folder has that name."""
+    from .corpus import PRETRAINING_SOURCES, CorpusUnavailableError, load_corpus, pretraining_corpus
+
+    if corpus in PRETRAINING_SOURCES and not Path(corpus).exists():
+        try:
+            documents = pretraining_corpus(corpus, max_documents=max_documents)
+        except CorpusUnavailableError as error:
+            raise PretrainError(f"--corpus {corpus}: {error}") from None
+    else:
+        documents = load_corpus(corpus)
+    return documents.texts[:max_documents], documents.source
 
 
 def load_tokenizer(vocab: str | None, texts: list[str], vocab_size: int, out: Path, is_main: bool
@@ -161,11 +176,10 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
                       world_size: int) -> int:
     """The run itself, once the folder and the arguments are known to be usable."""
     from . import hf
-    from .data import load_corpus
 
     start = time.perf_counter()
     try:
-        texts = load_corpus(args.corpus).texts
+        texts, source = load_texts(args.corpus, args.max_documents)
         if len(texts) < 2:
             raise PretrainError(f"{args.corpus} holds {len(texts)} document(s): NSP needs at least two")
         tokenizer, vocab_path = load_tokenizer(args.vocab, texts, args.vocab_size, out, is_main)
@@ -177,7 +191,7 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
     check_batches(train, args, world_size)
     if is_main:
         eval_note = f", {len(evaluation)} held out" if evaluation is not None else ""
-        print(f"corpus: {len(texts)} documents from {args.corpus} -> {len(train)} sentence pairs "
+        print(f"corpus: {len(texts)} documents of {source} -> {len(train)} sentence pairs "
               f"({train.num_tokens():,} tokens){eval_note}; vocabulary {tokenizer.vocab_size} from {vocab_path}")
 
     torch.manual_seed(args.seed)

@@ -167,7 +167,9 @@ def test_the_runner_reports_plain_status_and_runs_solutions(tmp_path):
     (notebooks / "solutions").mkdir(parents=True)
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 / 0")]),
                    notebooks / "01_fails.ipynb")
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('solved')")]),
+    bar = "from tqdm.auto import tqdm\nfor _ in tqdm(range(3), desc='steps', unit='step'):\n    pass\nprint('done')"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('solved')"),
+                                                   nbformat.v4.new_code_cell(bar)]),
                    notebooks / "solutions" / "01_works.ipynb")
 
     failed = run_course(notebooks=notebooks, artifacts=tmp_path / "artifacts")
@@ -181,7 +183,46 @@ def test_the_runner_reports_plain_status_and_runs_solutions(tmp_path):
     assert solved.returncode == 0, solved.stdout + solved.stderr
     executed = nbformat.read(tmp_path / "artifacts" / "smoke" / "executed" / "solutions" / "01_works.ipynb", 4)
     assert executed.cells[0].outputs[0].text == "solved\n"
+    line, done = executed.cells[1].outputs  # the bar's final state as plain text, not a widget frozen at 0%
+    assert (line.output_type, line.name, done.text) == ("stream", "stdout", "done\n")
+    assert line.text.startswith("steps: 100%|##########| 3/3 [") and line.text.endswith("step/s]\n")
+    assert "widgets" not in executed.metadata
     assert nbformat.read(notebooks / "solutions" / "01_works.ipynb", 4).cells[0].outputs == []
+
+
+def widget_notebook(value: float, other_widget: bool) -> nbformat.NotebookNode:
+    """A notebook as nbclient saves it: a tqdm bar's widget view (first frame as text) and the widgets' last state."""
+    def model(name: str, **state) -> dict:
+        return {"model_name": name, "state": state}
+
+    models = {"box": model("HBoxModel", children=["IPY_MODEL_left", "IPY_MODEL_meter", "IPY_MODEL_right"]),
+              "left": model("HTMLModel", value="train:\u2007\u200760%"),
+              "meter": model("FloatProgressModel", value=value, max=10.0),
+              "right": model("HTMLModel", value="\u20076/10\u2007[00:03&lt;00:02,\u20072.00step/s,\u2007loss=0.5]"),
+              "slider": model("IntSliderModel", value=3)}
+    outputs = [nbformat.v4.new_output("display_data", data={
+        "application/vnd.jupyter.widget-view+json": {"model_id": "box", "version_major": 2, "version_minor": 0},
+        "text/plain": "train:   0%|          | 0/10 [00:00<?, ?step/s]"})]
+    if other_widget:
+        outputs.append(nbformat.v4.new_output("display_data", data={
+            "application/vnd.jupyter.widget-view+json": {"model_id": "slider", "version_major": 2, "version_minor": 0},
+            "text/plain": "IntSlider(value=3)"}))
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("...", outputs=outputs),
+                                         nbformat.v4.new_markdown_cell("text")])
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": models}}
+    return nb
+
+
+def test_a_saved_progress_widget_becomes_its_last_line_of_text():
+    nb = widget_notebook(6.0, other_widget=False)
+    assert course.freeze_progress_bars(nb) == 1
+    [line] = nb.cells[0].outputs
+    assert line.text == "train:  60%|######    | 6/10 [00:03<00:02, 2.00step/s, loss=0.5]\n"
+    assert "widgets" not in nb.metadata
+    kept = widget_notebook(10.0, other_widget=True)
+    assert course.freeze_progress_bars(kept) == 1
+    assert kept.cells[0].outputs[0].text.startswith("train:  60%|##########| 6/10")  # the bar drawn from the meter
+    assert kept.cells[0].outputs[1].output_type == "display_data" and "widgets" in kept.metadata  # not a bar: kept
 
 
 def test_failure_status_drops_colour_codes_and_keeps_the_last_line():

@@ -1,4 +1,4 @@
-"""bertlib.data: where comments are found, every bad-input error, empty comments, and the corpus loaders."""
+"""bertlib.data and bertlib.corpus: where comments are found, every bad-input error, empty comments, corpus loaders."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bertlib import corpus as corpora
 from bertlib import course, data
-from bertlib.data import COLUMNS, LABELS, DataError, Document, load_comments
+from bertlib.corpus import Document
+from bertlib.data import COLUMNS, LABELS, DataError, load_comments
 
 REAL_SAMPLE = course.REPO_ROOT.parent / "shared" / "data" / "jigsaw_6label_sample.csv"
 
@@ -233,7 +235,7 @@ def test_corpus_folder_one_document_per_file(tmp_path):
     (root / "sub" / "c.txt").write_text("Nested.", encoding="utf-8")
     (root / "empty.txt").write_text(" \n", encoding="utf-8")
     (root / "notes.md").write_text("ignored", encoding="utf-8")
-    corpus = data.load_corpus(root)
+    corpus = corpora.load_corpus(root)
     assert [d.doc_id for d in corpus] == ["docs/a.txt", "docs/b.txt", "docs/sub/c.txt"]
     assert corpus[0] == Document("docs/a.txt", "First document.\nSame paragraph.")
     assert corpus[1].text == "Second.\n\nWith two paragraphs."
@@ -244,29 +246,29 @@ def test_corpus_folder_one_document_per_file(tmp_path):
 def test_corpus_split_on_blank_lines(tmp_path):
     path = tmp_path / "reviews.txt"
     path.write_text("One.\nStill one.\n\n\nTwo.\n  \nThree.\n", encoding="utf-8")
-    corpus = data.load_corpus(path, split="blank_lines")
+    corpus = corpora.load_corpus(path, split="blank_lines")
     assert [(d.doc_id, d.text) for d in corpus] == [
         ("reviews.txt#1", "One.\nStill one."), ("reviews.txt#2", "Two."), ("reviews.txt#3", "Three.")]
     with pytest.raises(ValueError, match="split must be"):
-        data.load_corpus(path, split="sentences")
+        corpora.load_corpus(path, split="sentences")
 
 
 def test_corpus_errors(tmp_path):
     with pytest.raises(DataError, match="no .txt files"):
-        data.load_corpus(tmp_path)
+        corpora.load_corpus(tmp_path)
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"fine\nbroken \xc3( here\n")
     with pytest.raises(DataError, match="not valid UTF-8") as info:
-        data.load_corpus(tmp_path)
+        corpora.load_corpus(tmp_path)
     assert info.value.line == 2 and "byte 8 of the line" in str(info.value)
     with pytest.raises(FileNotFoundError):
-        data.load_corpus(tmp_path / "missing")
+        corpora.load_corpus(tmp_path / "missing")
 
 
 def test_shipped_corpus_is_large_multi_paragraph_and_keeps_identity():
     if not (course.data_dir() / data.SAMPLE_CORPUS).is_dir():
         pytest.skip("data/corpus is not written yet")
-    corpus = data.load_corpus()
+    corpus = corpora.load_corpus()
     assert corpus.chars >= 200_000 and not corpus.skipped
     assert all(doc.doc_id.startswith("corpus/") and doc.doc_id.endswith(".txt") for doc in corpus)
     assert len({doc.doc_id for doc in corpus}) == len(corpus)
@@ -281,15 +283,15 @@ def test_imdb_layout(tmp_path):
                                      ("train", "unsup", "7_0.txt", "")]:
         (root / split / label).mkdir(parents=True, exist_ok=True)
         (root / split / label / name).write_text(text, encoding="utf-8")
-    corpus = data.load_imdb(tmp_path)  # the folder holding aclImdb works too
+    corpus = corpora.load_imdb(tmp_path)  # the folder holding aclImdb works too
     assert [d.doc_id for d in corpus] == ["aclImdb/train/pos/2_9.txt", "aclImdb/train/pos/10_8.txt",
                                           "aclImdb/train/neg/0_1.txt", "aclImdb/test/pos/5_7.txt"]
     assert corpus[1].text == "Loved it.\n\nAgain!" and corpus[0].text == "Great film ."
     assert corpus.skipped == ["aclImdb/train/unsup/7_0.txt"]
-    raw = data.load_imdb(root, splits=("train",), labels=("pos",), html=False)
+    raw = corpora.load_imdb(root, splits=("train",), labels=("pos",), html=False)
     assert raw[1].text == "Loved it.<br /><br />Again!"
     with pytest.raises(DataError, match="no aclImdb layout"):
-        data.load_imdb(tmp_path / "aclImdb" / "train")
+        corpora.load_imdb(tmp_path / "aclImdb" / "train")
 
 
 def test_csv_column_with_html(tmp_path):
@@ -297,14 +299,14 @@ def test_csv_column_with_html(tmp_path):
     rows = [["First", "<h1>Intro</h1><p>We used <b>BERT</b> &amp; luck.</p><p>Second para.</p>"],
             ["Empty", ""], ["Third", "plain text"]]
     path = write(tmp_path, csv_bytes(rows, header), "writeups.csv")
-    corpus = data.load_csv_column(path, "Writeup", html=True)
+    corpus = corpora.load_csv_column(path, "Writeup", html=True)
     assert [d.doc_id for d in corpus] == ["writeups.csv#1", "writeups.csv#3"]
     assert corpus[0].text == "Intro\n\nWe used BERT & luck.\n\nSecond para."
     assert corpus.skipped == ["writeups.csv#2"]
-    by_title = data.load_csv_column(path, "Writeup", id_column="Title")
+    by_title = corpora.load_csv_column(path, "Writeup", id_column="Title")
     assert [d.doc_id for d in by_title] == ["First", "Third"] and by_title[0].text.startswith("<h1>")
     with pytest.raises(DataError, match=r"no column 'writeup'; the columns are \['Title', 'Writeup'\]"):
-        data.load_csv_column(path, "writeup")
+        corpora.load_csv_column(path, "writeup")
 
 
 # --- one reader for every command: binary, unlabelled, Kaggle test, text lines ---------------------

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from hub_server import LocalHub
 
-from bertlib import downloads
+from bertlib import corpus, data, downloads
 from bertlib.data import COLUMNS, LABELS, DataError
 
 pa = pytest.importorskip("pyarrow")
@@ -289,3 +289,141 @@ def test_kaggle_comment_documents_reads_the_competition_folder(tmp_path):
     corpus = downloads.kaggle_comment_documents(tmp_path, exclude_ids={"c0001"})
     assert [doc.doc_id for doc in corpus] == ["c0000", "c0002", "c0003"]
     assert corpus.texts[0] == "synthetic comment number 0"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# bertlib.corpus.pretraining_corpus: Kaggle's comments, else WikiText-103 from the hub, else the sample
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def kaggle_input(tmp_path, monkeypatch):
+    """A stand-in for Kaggle's competition input with four made-up comments, at bertlib.data.KAGGLE_DIR."""
+    folder = tmp_path / "kaggle-input"
+    folder.mkdir()
+    pd.DataFrame(synthetic_comments(4)).drop(columns="__index_level_0__").to_csv(folder / "train.csv", index=False)
+    monkeypatch.setattr(data, "KAGGLE_DIR", folder)
+    return folder
+
+
+@pytest.fixture
+def no_kaggle_input(tmp_path, monkeypatch):
+    """No Kaggle competition input."""
+    monkeypatch.setattr(data, "KAGGLE_DIR", tmp_path / "no-kaggle")
+
+
+def test_auto_takes_the_kaggle_comments_first(hub, kaggle_input):
+    chosen = corpus.pretraining_corpus()
+    assert chosen.texts == [f"synthetic comment number {k}" for k in range(4)]
+    assert "Kaggle" in chosen.source and "train.csv" in chosen.source
+    assert hub.requests == []  # the hub is not asked when the competition input is there
+    assert len(corpus.pretraining_corpus("kaggle", max_documents=2)) == 2
+
+
+def test_auto_takes_wikitext_without_kaggle_input(hub, no_kaggle_input, capsys):
+    chosen = corpus.pretraining_corpus(max_documents=3)
+    assert [doc.doc_id.split(" ", 1)[1] for doc in chosen] == ["Alpha Article", "Beta", "Gamma"]
+    assert "WikiText-103" in chosen.source and downloads.WIKITEXT_REPO in chosen.source
+    assert "pretraining text: the course's sample" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("why", ["downloads off", "hub down", "offline, cold cache"])
+def test_auto_falls_back_to_the_sample_with_one_line_saying_why(hub, no_kaggle_input, monkeypatch, capsys, why):
+    if why == "downloads off":
+        monkeypatch.setenv("BERTLIB_DOWNLOADS", "0")
+    elif why == "hub down":
+        hub.stop()
+    else:
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    chosen = corpus.pretraining_corpus(max_documents=5)
+    sample = corpora_sample()
+    assert chosen.texts == sample.texts[:5] and "sample corpus" in chosen.source
+    said = capsys.readouterr().out.strip().splitlines()
+    assert len(said) == 1 and said[0].startswith("pretraining text: the course's sample corpus")
+    reason = {"downloads off": "BERTLIB_DOWNLOADS=0", "hub down": "cannot be reached",
+              "offline, cold cache": "HF_HUB_OFFLINE"}[why]
+    assert reason in said[0]
+
+
+def test_auto_offline_with_a_warm_cache_uses_the_cached_wikitext(hub, no_kaggle_input, monkeypatch):
+    corpus.pretraining_corpus("wikitext", max_documents=1)
+    hub.requests.clear()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert "WikiText-103" in corpus.pretraining_corpus(max_documents=1).source
+    assert hub.requests == []
+
+
+def test_a_source_asked_for_by_name_that_cannot_be_had_says_what_to_do(hub, no_kaggle_input, monkeypatch):
+    with pytest.raises(corpus.CorpusUnavailableError, match="Add Input"):
+        corpus.pretraining_corpus("kaggle")
+    monkeypatch.setenv("BERTLIB_DOWNLOADS", "0")
+    with pytest.raises(corpus.CorpusUnavailableError, match="source='sample'"):
+        corpus.pretraining_corpus("wikitext")
+    assert len(corpus.pretraining_corpus("sample")) == len(corpora_sample())
+    with pytest.raises(ValueError, match="source must be one of"):
+        corpus.pretraining_corpus("books")
+    with pytest.raises(ValueError, match="at least 1"):
+        corpus.pretraining_corpus("sample", max_documents=0)
+
+
+def corpora_sample() -> corpus.Corpus:
+    """The shipped sample corpus as bertlib.corpus.load_corpus reads it."""
+    return corpus.load_corpus()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# bertlib.data.load_comments: an explicit path, Kaggle's input, the full set from the hub, then the sample
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_without_kaggle_input_the_comments_come_from_the_hub_and_say_so(hub, no_kaggle_input, capsys):
+    comments = data.load_comments()
+    assert comments["id"].tolist() == synthetic_comments()["id"]
+    assert comments.labels.tolist() == pd.DataFrame(synthetic_comments())[list(LABELS)].to_numpy().tolist()
+    assert "Hugging Face hub" in comments.source and downloads.JIGSAW_REPO in comments.source
+    assert "downloaded" in capsys.readouterr().out and hub.gets(JIGSAW) == 1
+    assert data.load_comments(task="binary").label_names == LABELS
+    assert hub.gets(JIGSAW) == 1  # the second read comes from the cache
+
+
+def test_asking_where_the_comments_come_from_downloads_nothing(hub, no_kaggle_input):
+    where = data.locate_comments(download=False)
+    assert (where.kind, where.path) == ("hub", None) and "downloaded when first read" in where.dataset
+    assert hub.gets(JIGSAW) == 0
+
+
+@pytest.mark.parametrize("why", ["downloads off", "hub down", "moved"])
+def test_without_the_hub_the_comments_are_the_sample_and_say_why(hub, no_kaggle_input, monkeypatch, why):
+    if why == "downloads off":
+        monkeypatch.setenv("BERTLIB_DOWNLOADS", "0")
+    elif why == "hub down":
+        hub.stop()
+    else:
+        monkeypatch.setattr(downloads, "JIGSAW_REPO", "someone/moved-away")
+    comments = data.load_comments()
+    assert comments.report.source == f"data/{data.SAMPLE_COMMENTS}" and len(comments) >= 300
+    reason = {"downloads off": "BERTLIB_DOWNLOADS=0", "hub down": "cannot be reached", "moved": "has no"}[why]
+    assert comments.source.startswith("the course's sample comments") and reason in comments.source
+    assert hub.gets(JIGSAW) == 0
+
+
+def test_kaggle_input_and_an_explicit_path_come_before_the_hub(hub, kaggle_input, tmp_path):
+    comments = data.load_comments()
+    assert len(comments) == 4 and comments.source.startswith("Kaggle's competition comments")
+    path = tmp_path / "mine.parquet"
+    path.write_bytes(parquet_bytes(synthetic_comments(3)))
+    mine = data.load_comments(path)
+    assert len(mine) == 3 and mine.source.startswith("comments from the file given")
+    assert hub.requests == []
+
+
+def test_a_parquet_file_reports_empty_and_conflicting_rows_by_row(tmp_path):
+    columns = synthetic_comments(4)
+    columns["comment_text"][2] = "  "
+    path = tmp_path / "comments.parquet"
+    path.write_bytes(parquet_bytes(columns))
+    assert "c0002 (row 3)" in str(data.load_comments(path).report)
+    columns["id"][3] = "c0000"
+    path.write_bytes(parquet_bytes(columns))
+    with pytest.raises(DataError, match=r"data row 4, column 'id': id 'c0000' is used on row 1"):
+        data.load_comments(path)

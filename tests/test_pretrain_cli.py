@@ -80,3 +80,18 @@ def test_a_diverging_run_fails_and_exports_nothing(corpus, vocab, tmp_path):
     with pytest.raises(SystemExit, match=r"step \d+: loss is nan"):
         run(corpus, vocab, out, "--lr", "1e9", "--steps", "8", "--warmup-ratio", "0")
     assert not (out / "pretrained").exists()
+
+
+def test_a_named_source_reads_that_corpus_and_says_which(vocab, tmp_path, capsys):
+    assert run("sample", vocab, tmp_path / "run", "--max-documents", "6", "--steps", "1") == 0
+    said = capsys.readouterr().out
+    assert "corpus: 6 documents of the course's sample corpus" in said
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["args"]["max_documents"] == 6
+
+
+def test_a_named_source_that_cannot_be_had_says_what_to_do(vocab, tmp_path, monkeypatch):
+    monkeypatch.setenv("BERTLIB_DOWNLOADS", "0")
+    with pytest.raises(SystemExit, match="--corpus wikitext: .*BERTLIB_DOWNLOADS=0.*source='sample'"):
+        run("wikitext", vocab, tmp_path / "run")
+    with pytest.raises(SystemExit, match="--max-documents must be at least 2"):
+        run("sample", vocab, tmp_path / "run", "--max-documents", "1")

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from tokenizers import normalizers, pre_tokenizers
 from transformers import BertTokenizerFast
 
-from bertlib import data
+from bertlib import corpus, data
 from bertlib.wordpiece import SPECIAL_TOKENS, BasicTokenizer, WordPieceTokenizer, truncate_pair
 from bertlib.wordpiece_trainer import WordPieceTrainer, train_wordpiece
 
@@ -77,7 +77,7 @@ def assert_same_ids(tok: WordPieceTokenizer, reference: BertTokenizerFast, texts
 # --- the encoder against BertTokenizerFast on the real bert-base-uncased vocab ---------------------
 
 def test_sample_corpus_and_comments_match_reference(tok, reference):
-    documents = data.load_corpus().texts
+    documents = corpus.load_corpus().texts
     comments = data.load_comments().texts
     assert len(documents) > 10 and len(comments) > 100
     assert_same_ids(tok, reference, documents + comments)
@@ -335,7 +335,7 @@ def test_incremental_training_equals_literal_recount(counts, extra, min_frequenc
 
 
 def test_trained_vocab_loads_in_bert_tokenizer_fast_and_encodes_identically(tmp_path):
-    documents = data.load_corpus().texts
+    documents = corpus.load_corpus().texts
     vocab = train_wordpiece(documents[:6], vocab_size=600, min_frequency=2, show_progress=False)
     assert len(vocab) == 600 and vocab[:5] == list(SPECIAL_TOKENS) and len(set(vocab)) == 600
     ours = WordPieceTokenizer(vocab)

@@ -27,11 +27,10 @@ import torch
 import torch.nn.functional as F
 
 from bertlib.config import BertConfig
-from bertlib.model import BertForPreTraining
+from bertlib.model import IGNORE_INDEX, BertForPreTraining
 
 from . import Fail, call, describe, diagnose, exercise, expect_close, expect_equal
 
-IGNORE_INDEX = -100  # label of a position the MLM loss skips (PyTorch's cross-entropy default)
 MLM_PROBABILITY, MASK_SHARE, RANDOM_SHARE = 0.15, 0.8, 0.1
 SIGMAS = 5.0  # statistical tolerance: a right answer lands outside it with probability below 1e-6 per share
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from . import show as show  # notebooks call course.show; the one definition is bertlib.show
+from .data import shown_path
 
 T = TypeVar("T")
 
@@ -148,14 +149,6 @@ def seed_everything(seed: int = 0) -> None:
     torch.manual_seed(seed)
 
 
-def _shown(path: Path) -> str:
-    """A path as the setup prints it: relative to the checkout when inside it."""
-    try:
-        return path.resolve().relative_to(REPO_ROOT).as_posix() if IN_CHECKOUT else str(path)
-    except ValueError:
-        return str(path)
-
-
 def data_summary() -> str:
     """Which comments and which pretraining text the notebooks read by default here (two lines, nothing downloaded).
 
@@ -185,7 +178,7 @@ def setup(seed: int = 0):
             versions.append(f"{name} {__import__(name).__version__}")
         except ImportError:
             versions.append(f"{name} missing")
-    versions.append(f"bertlib {__version__} ({'checkout' if IN_CHECKOUT else 'installed'}: {PACKAGE})")
+    versions.append(f"bertlib {__version__} ({'checkout' if IN_CHECKOUT else 'installed'}: {shown_path(PACKAGE)})")
     if dev.type == "cuda":
         where = f"cuda ({torch.cuda.get_device_name(0)})"
     elif dev.type == "mps":
@@ -195,7 +188,7 @@ def setup(seed: int = 0):
     print(" | ".join(versions))
     print(f"device: {where} | mode: {'smoke (tiny sizes)' if SMOKE else 'full'} | seed {seed}")
     print(data_summary())
-    print(f"artifacts: {_shown(artifacts_dir())}")
+    print(f"artifacts: {shown_path(artifacts_dir())}")
     return dev
 
 

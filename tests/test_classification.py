@@ -326,12 +326,15 @@ def test_fine_tuning_learns_a_word_rule(tiny_checkpoint, one_thread):
     # 160 steps (13 epochs) at lr 5e-4 on balanced data: ROC-AUC >= 0.997 for 16 seeds of data and training,
     # where 40 steps at 2e-3 on the old, nearly all-toxic data spread 0.56-0.95 (see the report of issue 11).
     texts, labels = synthetic_comments(320, seed=5)
-    config = FineTuneConfig(batch_size=16, max_steps=160, lr=5e-4, max_len=32, bucket_batches=4, progress=False)
-    result = fine_tune(tiny_checkpoint, ["toxic", "threat"], texts[:192], labels[:192], texts[192:], labels[192:],
-                       config)
+    config = FineTuneConfig(batch_size=16, max_steps=160, lr=5e-4, max_len=32, bucket_batches=4, progress=False,
+                            bootstrap=200)
+    result = fine_tune(tiny_checkpoint, ["toxic", "threat"], texts[:192], labels[:192], texts[192:256],
+                       labels[192:256], config, test_texts=texts[256:], test_labels=labels[256:])
     losses = result.history.frame()["loss"].dropna()
     assert losses.iloc[-1] < 0.5 * losses.iloc[0]
-    assert result.metrics.loc["toxic", "roc_auc"] > 0.9
+    assert result.metrics is result.test_metrics and result.test_metrics.attrs["rows"] == 64
+    assert result.test_metrics.loc["toxic", "roc_auc_low"] > 0.9
+    assert result.val_metrics.attrs["rows"] == 64 and len(result.test_probs) == 64
     assert result.steps == 160 and result.classifier.thresholds.shape == (2,)
 
 
@@ -356,18 +359,21 @@ def test_training_batches_follow_the_padding_setting(padding, group):
 
 
 def test_command_line_fine_tunes_saves_and_predicts(tiny_checkpoint, tmp_path, capsys, one_thread):
-    texts, labels = synthetic_comments(80, seed=6)
+    texts, labels = synthetic_comments(120, seed=6)
     data = tmp_path / "comments.csv"
     pd.DataFrame({"comment_text": texts, "toxic": labels[:, 0].astype(int)}).to_csv(data, index=False)
     out = tmp_path / "model"
     code = finetune_main(["--init", str(tiny_checkpoint), "--data", str(data), "--out", str(out), "--task", "binary",
-                          "--max-steps", "3", "--batch-size", "8", "--max-len", "32", "--baseline"])
+                          "--max-steps", "3", "--batch-size", "8", "--max-len", "32", "--baseline",
+                          "--bootstrap", "100"])
     assert code == 0
     for name in ("config.json", "model.safetensors", "vocab.txt", "classifier.json", "metrics.csv",
-                 "baseline_metrics.csv", "history.csv", "run.json"):
+                 "validation_metrics.csv", "baseline_metrics.csv", "history.csv", "run.json"):
         assert (out / name).is_file(), name
     run = json.loads((out / "run.json").read_text())
-    assert run["train"] == 64 and run["validation"] == 16 and run["steps"] == 3
+    assert (run["train"], run["validation"], run["test"], run["steps"]) == (84, 12, 24, 3)
+    assert {"mean_roc_auc", "mean_roc_auc_low", "mean_f1_high"} <= set(run["test_metrics"])
+    assert run["baseline_test_metrics"]["rows"] == 24
     capsys.readouterr()
     assert predict_main(["--model", str(out), "--json", "you idiot", "good article"]) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
@@ -444,7 +450,7 @@ def test_predict_reads_csv_through_the_one_reader_and_names_bad_files(tiny_check
 
 
 def test_two_processes_make_the_requested_epochs_not_twice_as_many(tiny_checkpoint, tmp_path):
-    data = write_binary_csv(tmp_path / "comments.csv", n=80)
+    data = write_binary_csv(tmp_path / "comments.csv", n=91)  # 64 training, 9 validation, 18 test comments
     out = tmp_path / "model"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
                "bertlib.finetune", "--init", str(tiny_checkpoint), "--data", str(data), "--out", str(out),

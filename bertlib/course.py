@@ -247,12 +247,19 @@ def needs(thing: object, what: str = "pretrained BERT weights", hint: str = PRET
     """True when `thing` is there (not None); else print that this cell is skipped, why, and what to install.
 
     The notebooks wrap each cell that needs weights (or d2l) in `if course.needs(MODEL):`, so that "Run all"
-    goes on without them.
+    goes on without them. What to install is said the first time only; later skips point back to it.
     """
     if thing is not None:
         return True
-    print(f"Skipped: this cell needs {what}, which is not available here ({hint}).")
+    if what in _EXPLAINED:
+        print(f"Skipped: this cell needs {what} (see the first skipped cell for what to install).")
+    else:
+        _EXPLAINED.add(what)
+        print(f"Skipped: this cell needs {what}, which is not available here ({hint}).")
     return False
+
+
+_EXPLAINED: set[str] = set()  # what `needs` has already explained in this kernel
 
 
 # ---------------------------------------------------------------------------------------------------------

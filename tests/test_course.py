@@ -132,13 +132,17 @@ def test_with_neither_it_is_none_and_says_what_to_install(without_offline_weight
     assert capsys.readouterr().out == ""
 
 
-def test_needs_lets_a_cell_run_or_says_it_is_skipped(capsys):
+def test_needs_lets_a_cell_run_or_says_it_is_skipped(capsys, monkeypatch):
+    monkeypatch.setattr(course, "_EXPLAINED", set())
     assert course.needs("some/folder")
     assert capsys.readouterr().out == ""
     assert not course.needs(None)
     assert "Skipped" in capsys.readouterr().out
     assert not course.needs(None, "d2l", hint="pip install --no-deps d2l==1.0.3")
-    assert "needs d2l" in capsys.readouterr().out
+    assert "pip install --no-deps d2l==1.0.3" in capsys.readouterr().out
+    assert not course.needs(None, "d2l", hint="pip install --no-deps d2l==1.0.3")
+    again = capsys.readouterr().out
+    assert "needs d2l" in again and "pip install" not in again and "first skipped cell" in again
 
 
 # ---------------------------------------------------------------------------------------------------------

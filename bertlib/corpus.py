@@ -224,14 +224,14 @@ def _sample_corpus(max_documents: int | None) -> Corpus:
 
 
 def _kaggle_corpus(max_documents: int | None) -> Corpus | None:
-    """Kaggle's Jigsaw training comments as unlabelled documents, or None where that input is not attached."""
+    """Kaggle's unscored Jigsaw test comments as unlabelled documents, or None where that input is not attached."""
     from .downloads import kaggle_comment_documents
 
     corpus = kaggle_comment_documents()
     if corpus is None:
         return None
     return dataclasses.replace(corpus, documents=corpus.documents[:max_documents],
-                               source=f"Kaggle's Jigsaw training comments as documents ({corpus.source})")
+                               source=f"Kaggle's unscored Jigsaw test comments as documents ({corpus.source})")
 
 
 def _wikitext_corpus(max_documents: int | None) -> Corpus | None:
@@ -253,9 +253,9 @@ def _hub_problem() -> str | None:
 
 def describe_pretraining_corpus() -> str:
     """One line saying which text `pretraining_corpus("auto")` would read here, without downloading anything."""
-    for name in ("train.csv", "train.csv.zip"):
+    for name in ("test.csv", "test.csv.zip"):
         if (data.KAGGLE_DIR / name).is_file():
-            return f"Kaggle's Jigsaw training comments as documents ({data.KAGGLE_DIR / name})"
+            return f"Kaggle's unscored Jigsaw test comments as documents ({data.KAGGLE_DIR / name})"
     problem = _hub_problem()
     if problem is None:
         from .downloads import WIKITEXT_FOLDER, WIKITEXT_REPO
@@ -267,13 +267,14 @@ def describe_pretraining_corpus() -> str:
 def pretraining_corpus(source: str = "auto", *, max_documents: int | None = None) -> Corpus:
     """The documents to pretrain on, with `.source` saying what they are and where they came from.
 
-    source="kaggle": the Jigsaw training comments of Kaggle's competition input (bertlib.data.KAGGLE_DIR),
-    one document per comment; "wikitext": WikiText-103's train split from the Hugging Face hub (cached after
-    the first download; HF_ENDPOINT, HF_HUB_OFFLINE and BERTLIB_DOWNLOADS=0 honoured); "sample": the corpus
-    shipped in data/corpus. "auto" takes the first of kaggle, wikitext, sample that is there, and prints
-    one line saying why when it ends on the sample. A source named explicitly that cannot be had raises
-    CorpusUnavailableError saying what to do. max_documents keeps only the first that many documents
-    (WikiText then downloads only the files it needs).
+    source="kaggle": the comments of Kaggle's Jigsaw test set that the competition never scored (labelled
+    -1 in test_labels.csv; bertlib.data.KAGGLE_DIR), one document per comment, so that no comment notebook 07
+    trains or scores on is seen in pretraining; "wikitext": WikiText-103's train split from the Hugging
+    Face hub (cached after the first download; HF_ENDPOINT, HF_HUB_OFFLINE and BERTLIB_DOWNLOADS=0
+    honoured); "sample": the corpus shipped in data/corpus. "auto" takes the first of kaggle, wikitext,
+    sample that is there, and prints one line saying why when it ends on the sample. A source named
+    explicitly that cannot be had raises CorpusUnavailableError saying what to do. max_documents keeps only
+    the first that many documents (WikiText then downloads only the files it needs).
     """
     if source not in PRETRAINING_SOURCES:
         raise ValueError(f"source must be one of {PRETRAINING_SOURCES}, not {source!r}")
@@ -285,9 +286,9 @@ def pretraining_corpus(source: str = "auto", *, max_documents: int | None = None
         corpus = _kaggle_corpus(max_documents)
         if corpus is None:
             raise CorpusUnavailableError(
-                f"source='kaggle' needs Kaggle's competition input, and {data.KAGGLE_DIR} has no train.csv or "
-                "train.csv.zip: in a Kaggle notebook, add the data of the Jigsaw Toxic Comment Classification "
-                "Challenge (Add Input); elsewhere use source='wikitext' or source='sample'")
+                f"source='kaggle' needs Kaggle's competition input, and {data.KAGGLE_DIR} has no test.csv with its "
+                "test_labels.csv (or .zip): in a Kaggle notebook, add the data of the Jigsaw Toxic Comment "
+                "Classification Challenge (Add Input); elsewhere use source='wikitext' or source='sample'")
         return corpus
     if source == "wikitext":
         corpus = _wikitext_corpus(max_documents)

@@ -437,12 +437,8 @@ def load_comments(path: str | Path | None = None, *, task: Task = "multilabel",
     return loaded
 
 
-def load_kaggle_test(path: str | Path) -> CommentData:
-    """Kaggle's test.csv joined with test_labels.csv (same folder) on id, without the rows labelled -1.
-
-    The competition scored only part of its test set; the rest is labelled -1 in every column.
-    """
-    path = Path(path)
+def _kaggle_test_table(path: Path) -> tuple[pd.DataFrame, pd.Series, str]:
+    """Kaggle's test.csv joined with test_labels.csv (same folder) on id; which rows were scored; the file's name."""
     candidates = [path.with_name(name) for name in ("test_labels.csv", "test_labels.csv.zip")]  # Kaggle ships .zip
     labels_path = next((candidate for candidate in candidates if candidate.is_file()), None)
     if labels_path is None:
@@ -461,11 +457,35 @@ def load_kaggle_test(path: str | Path) -> CommentData:
     texts, scores = tables
     frame = texts.frame.merge(scores.frame, on="id", how="inner", validate="one_to_one")
     scored = (frame[list(LABELS)] != -1).all(axis=1)
-    print(f"{texts.report.source}: {len(frame)} comments, {int(scored.sum())} scored (labels not -1)")
+    return frame, scored, texts.report.source
+
+
+def load_kaggle_test(path: str | Path) -> CommentData:
+    """Kaggle's test.csv joined with test_labels.csv (same folder) on id, without the rows labelled -1.
+
+    The competition scored only part of its test set; the rest is labelled -1 in every column.
+    """
+    frame, scored, source = _kaggle_test_table(Path(path))
+    print(f"{source}: {len(frame)} comments, {int(scored.sum())} scored (labels not -1)")
     kept = frame[scored].reset_index(drop=True)
-    report = LoadReport(source=texts.report.source, rows=len(kept),
-                        dataset=f"Kaggle's test set, scored rows only ({texts.report.source})")
+    report = LoadReport(source=source, rows=len(kept), dataset=f"Kaggle's test set, scored rows only ({source})")
     return CommentData(frame=kept, report=report, label_names=LABELS)
+
+
+def load_kaggle_unscored(folder: str | Path | None = None) -> CommentData | None:
+    """The comments of Kaggle's test set that the competition never scored (labelled -1), or None without them.
+
+    Unlabelled text that no evaluation reads: the course pretrains on these, so neither the parts notebook 07
+    cuts from train.csv nor the scored test rows are seen in pretraining. `folder` defaults to KAGGLE_DIR.
+    """
+    folder = Path(folder) if folder is not None else KAGGLE_DIR
+    path = next((folder / name for name in ("test.csv", "test.csv.zip") if (folder / name).is_file()), None)
+    if path is None or not any((folder / name).is_file() for name in ("test_labels.csv", "test_labels.csv.zip")):
+        return None
+    frame, scored, source = _kaggle_test_table(path)
+    kept = frame.loc[~scored, ["id", "comment_text"]].reset_index(drop=True)
+    report = LoadReport(source=source, rows=len(kept), dataset=f"Kaggle's unscored test comments ({source})")
+    return CommentData(frame=kept, report=report, label_names=())
 
 
 def load_comment_lines(path: str | Path) -> tuple[list[str], list[int], str]:

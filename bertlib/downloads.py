@@ -271,17 +271,17 @@ def comments_to_corpus(comments: pd.DataFrame, source: str, *, exclude_ids: Iter
 
 
 def kaggle_comment_documents(folder: str | Path | None = None, *, exclude_ids: Iterable[str] = ()) -> Corpus | None:
-    """On Kaggle, the competition's training comments as pretraining documents; None without that input.
+    """On Kaggle, the competition's unscored test comments as pretraining documents; None without that input.
 
-    `folder` defaults to bertlib.data.KAGGLE_DIR (read at the call); the comments are read and checked by
-    bertlib.data.load_comments.
+    Not train.csv: notebook 07 cuts its training, validation and test parts from train.csv, and the scored test
+    rows are the official test, so pretraining on either would show the model text it is later scored on.
+    `folder` defaults to bertlib.data.KAGGLE_DIR (read at the call); bertlib.data.load_kaggle_unscored reads it.
     """
     from . import data
 
-    folder = Path(folder) if folder is not None else data.KAGGLE_DIR
-    if not any((folder / name).is_file() for name in ("train.csv", "train.csv.zip")):
+    comments = data.load_kaggle_unscored(folder)
+    if comments is None:
         return None
-    comments = data.load_comments(folder)
     return comments_to_corpus(comments.frame, comments.report.source, exclude_ids=exclude_ids)
 
 

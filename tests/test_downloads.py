@@ -282,13 +282,31 @@ def test_comments_become_documents_minus_the_evaluation_ids_with_empties_listed(
     assert corpus.skipped == ["b", "d"] and corpus.source == "made-up"
 
 
-def test_kaggle_comment_documents_reads_the_competition_folder(tmp_path):
+def write_kaggle_input(folder: Path, n: int = 6) -> None:
+    """Made-up competition files: train.csv, and a test.csv whose even rows were scored and odd rows not (-1)."""
+    frame = pd.DataFrame(synthetic_comments(n)).drop(columns="__index_level_0__")
+    frame.to_csv(folder / "train.csv", index=False)
+    test = frame.assign(id=[f"t{k:04d}" for k in range(n)], comment_text=[f"test comment {k}" for k in range(n)])
+    test[["id", "comment_text"]].to_csv(folder / "test.csv", index=False)
+    labels = test[["id", *LABELS]].copy()
+    labels.loc[labels.index % 2 == 1, list(LABELS)] = -1
+    labels.to_csv(folder / "test_labels.csv", index=False)
+
+
+def test_kaggle_comment_documents_are_the_unscored_test_comments_only(tmp_path):
     assert downloads.kaggle_comment_documents(tmp_path) is None
-    frame = pd.DataFrame(synthetic_comments(4)).drop(columns="__index_level_0__")
-    frame.to_csv(tmp_path / "train.csv", index=False)
-    corpus = downloads.kaggle_comment_documents(tmp_path, exclude_ids={"c0001"})
-    assert [doc.doc_id for doc in corpus] == ["c0000", "c0002", "c0003"]
-    assert corpus.texts[0] == "synthetic comment number 0"
+    write_kaggle_input(tmp_path)
+    corpus = downloads.kaggle_comment_documents(tmp_path, exclude_ids={"t0003"})
+    assert [doc.doc_id for doc in corpus] == ["t0001", "t0005"]  # never a train.csv row, never a scored one
+    assert corpus.texts[0] == "test comment 1"
+    scored = data.load_kaggle_test(tmp_path / "test.csv")
+    assert set(scored.frame["id"]).isdisjoint(doc.doc_id for doc in downloads.kaggle_comment_documents(tmp_path))
+
+
+def test_kaggle_comment_documents_need_the_test_labels_to_know_what_is_unscored(tmp_path):
+    write_kaggle_input(tmp_path)
+    (tmp_path / "test_labels.csv").unlink()
+    assert downloads.kaggle_comment_documents(tmp_path) is None
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -298,10 +316,10 @@ def test_kaggle_comment_documents_reads_the_competition_folder(tmp_path):
 
 @pytest.fixture
 def kaggle_input(tmp_path, monkeypatch):
-    """A stand-in for Kaggle's competition input with four made-up comments, at bertlib.data.KAGGLE_DIR."""
+    """A stand-in for Kaggle's competition input (made-up comments) at bertlib.data.KAGGLE_DIR."""
     folder = tmp_path / "kaggle-input"
     folder.mkdir()
-    pd.DataFrame(synthetic_comments(4)).drop(columns="__index_level_0__").to_csv(folder / "train.csv", index=False)
+    write_kaggle_input(folder, n=8)
     monkeypatch.setattr(data, "KAGGLE_DIR", folder)
     return folder
 
@@ -314,8 +332,8 @@ def no_kaggle_input(tmp_path, monkeypatch):
 
 def test_auto_takes_the_kaggle_comments_first(hub, kaggle_input):
     chosen = corpus.pretraining_corpus()
-    assert chosen.texts == [f"synthetic comment number {k}" for k in range(4)]
-    assert "Kaggle" in chosen.source and "train.csv" in chosen.source
+    assert chosen.texts == [f"test comment {k}" for k in (1, 3, 5, 7)]
+    assert "Kaggle" in chosen.source and "test.csv" in chosen.source
     assert hub.requests == []  # the hub is not asked when the competition input is there
     assert len(corpus.pretraining_corpus("kaggle", max_documents=2)) == 2
 
@@ -409,7 +427,7 @@ def test_without_the_hub_the_comments_are_the_sample_and_say_why(hub, no_kaggle_
 
 def test_kaggle_input_and_an_explicit_path_come_before_the_hub(hub, kaggle_input, tmp_path):
     comments = data.load_comments()
-    assert len(comments) == 4 and comments.source.startswith("Kaggle's competition comments")
+    assert len(comments) == 8 and comments.source.startswith("Kaggle's competition comments")
     path = tmp_path / "mine.parquet"
     path.write_bytes(parquet_bytes(synthetic_comments(3)))
     mine = data.load_comments(path)

@@ -304,22 +304,31 @@ def multihead_diagram(seq_len: int = 6, hidden: int = 12, num_heads: int = 3) ->
     return fig
 
 
-def mlm_masking_diagram(tokens: Sequence[str], masked: Sequence[str], labels: Sequence[int]) -> Figure:
+def mlm_masking_diagram(tokens: Sequence[str], masked: Sequence[str], labels: Sequence[int],
+                        per_row: int = 16) -> Figure:
     """What MLM masking did to one sentence: which tokens were chosen and what each became.
 
     `tokens` are the original tokens, `masked` the model's input after masking, `labels` the MLM labels
-    (-100 where nothing is predicted), all of the same length.
+    (-100 where nothing is predicted), all of the same length. A long sequence wraps after `per_row` tokens,
+    so the figure stays readable on a page.
     """
     if not (len(tokens) == len(masked) == len(labels)) or not tokens:
         raise ValueError(f"tokens, masked and labels need one entry per position, got "
                          f"{len(tokens)}, {len(masked)} and {len(labels)}")
-    step = 1.0
-    width = step * len(tokens) + 1.8
-    fig, ax = _diagram((width, 3.3), "MLM masking of one sentence: chosen tokens and what each became")
-    ax.text(0.1, 2.2, "original", fontsize=9, fontweight="bold", va="center")
-    ax.text(0.1, 1.0, "model input", fontsize=9, fontweight="bold", va="center")
+    if per_row < 1:
+        raise ValueError(f"per_row must be at least 1, not {per_row}")
+    rows = -(-len(tokens) // per_row)  # ceil
+    row_height = 2.4
+    width = min(len(tokens), per_row) + 1.8
+    title = "MLM masking of one sentence: chosen tokens and what each became"
+    fig, ax = _diagram((width, row_height * rows + 0.9), title)
     for i, (original, shown, label) in enumerate(zip(tokens, masked, labels, strict=True)):
-        x = 1.8 + i * step
+        row, column = divmod(i, per_row)
+        top = row_height * (rows - row) - 0.2  # y of the "original" line of this row
+        if column == 0:
+            ax.text(0.1, top, "original", fontsize=9, fontweight="bold", va="center")
+            ax.text(0.1, top - 1.2, "model input", fontsize=9, fontweight="bold", va="center")
+        x = 1.8 + column
         chosen = label != -100
         if not chosen:
             kind = "plain"
@@ -329,10 +338,10 @@ def mlm_masking_diagram(tokens: Sequence[str], masked: Sequence[str], labels: Se
             kind = "keep"
         else:
             kind = "random"
-        _box(ax, x, 2.2, 0.9, 0.5, original, "plain", fontsize=7)
-        _box(ax, x, 1.0, 0.9, 0.5, shown, kind, fontsize=7)
+        _box(ax, x, top, 0.9, 0.5, original, "plain", fontsize=7)
+        _box(ax, x, top - 1.2, 0.9, 0.5, shown, kind, fontsize=7)
         if chosen:
-            _arrow(ax, (x, 1.93), (x, 1.28))
+            _arrow(ax, (x, top - 0.27), (x, top - 0.92))
     from matplotlib.patches import Patch
 
     legend = [Patch(facecolor=_COLOURS[k], edgecolor="#444444", label=text) for k, text in

@@ -67,6 +67,16 @@ def test_mlm_masking_colours_each_chosen_token_by_what_it_became():
         plots.mlm_masking_diagram(["a"], ["a", "b"], [-100])
 
 
+def test_mlm_masking_wraps_a_long_sentence_into_rows_of_the_same_width():
+    tokens = [f"w{k}" for k in range(40)]
+    fig = plots.mlm_masking_diagram(tokens, tokens, [-100] * 40, per_row=16)
+    width, height = fig.get_size_inches()
+    assert width == 16 + 1.8 and height == 3 * 2.4 + 0.9  # 40 tokens: rows of 16, 16 and 8
+    assert texts(fig).count("model input") == 3 and "w39" in texts(fig)
+    short = plots.mlm_masking_diagram(tokens[:5], tokens[:5], [-100] * 5)
+    assert short.get_size_inches()[0] == 5 + 1.8
+
+
 def test_classification_head_has_one_sigmoid_per_label():
     drawn = texts(plots.classification_head_diagram(["toxic", "threat", "insult"]))
     assert drawn.count("sigmoid") == 3 and "threat" in drawn

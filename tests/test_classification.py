@@ -186,15 +186,20 @@ def test_split_keeps_every_label_of_the_sample_in_both_parts(sample_frame):
     assert np.array_equal(again[1], val)
 
 
+def one_label_per_row(which: list[int], k: int) -> np.ndarray:
+    """A (rows, k) 0/1 matrix with label `which[row]` set in each row, none where it is -1."""
+    labels = np.zeros((len(which), k))
+    for row, label in enumerate(which):
+        if label >= 0:
+            labels[row, label] = 1
+    return labels
+
+
 @settings(max_examples=60, deadline=None)
 @given(data=st.data(), n=st.integers(4, 120), k=st.integers(1, 6), test_size=st.floats(0.05, 0.5))
 def test_split_puts_each_label_with_two_positives_in_both_parts(data, n, k, test_size):
     # Rows with at most one label (a binary task, or rare labels that do not overlap) always admit such a split.
-    which = data.draw(st.lists(st.integers(-1, k - 1), min_size=n, max_size=n))
-    labels = np.zeros((n, k))
-    for row, label in enumerate(which):
-        if label >= 0:
-            labels[row, label] = 1
+    labels = one_label_per_row(data.draw(st.lists(st.integers(-1, k - 1), min_size=n, max_size=n)), k)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         train, val = stratified_split(labels, test_size=test_size, seed=data.draw(st.integers(0, 3)))

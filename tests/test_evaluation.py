@@ -18,7 +18,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import average_precision_score, f1_score, precision_score, recall_score, roc_auc_score
-from test_classification import one_thread, synthetic_comments, tiny_checkpoint  # noqa: F401 (fixtures)
+from test_classification import one_label_per_row, one_thread, synthetic_comments, tiny_checkpoint  # noqa: F401
 
 from bertlib import finetune
 from bertlib.cleaning import clean_text
@@ -40,11 +40,7 @@ def reject_nan(constant: str) -> None:
 @given(data=st.data(), n=st.integers(20, 150), k=st.integers(1, 4), seed=st.integers(0, 3))
 def test_three_parts_are_disjoint_complete_and_hold_every_label(data, n, k, seed):
     # One label per row at most (a binary task, or rare labels that do not overlap): always splittable.
-    which = data.draw(st.lists(st.integers(-1, k - 1), min_size=n, max_size=n))
-    labels = np.zeros((n, k))
-    for row, label in enumerate(which):
-        if label >= 0:
-            labels[row, label] = 1
+    labels = one_label_per_row(data.draw(st.lists(st.integers(-1, k - 1), min_size=n, max_size=n)), k)
     train, val, test = train_val_test_split(labels, val_size=0.15, test_size=0.2, seed=seed)
     assert sorted(np.concatenate([train, val, test]).tolist()) == list(range(n))
     # Sizes are part_sizes' where the labels allow: each label's share is rounded, and at least one of

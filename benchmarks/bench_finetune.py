@@ -32,10 +32,12 @@ hidden 384) with a new one-output head; `--model mini` from the course's `mini` 
 On a CPU shared with other jobs use --threads 1 (the default): with more threads than free cores every
 parallel operation waits for a thread that is not running.
 
-`--quality` instead fine-tunes all-MiniLM-L6-v2 on jigsaw_binary_dev.csv (binary task, stratified 80/20
-split) with `python -m bertlib.finetune ... --baseline`, which prints ROC-AUC and F1 of MiniLM and of the
-TF-IDF + logistic regression baseline on the same validation comments. The file is balanced (50% toxic,
-unlike the competition's 10%): F1 and PR-AUC would be lower at the real rate; ROC-AUC does not depend on it.
+`--quality` instead fine-tunes all-MiniLM-L6-v2 on jigsaw_binary_dev.csv (binary task) with
+`python -m bertlib.finetune ... --baseline`, which cuts training, validation and test parts (70/10/20, stratified,
+duplicates removed first), tunes thresholds on validation and prints ROC-AUC and F1 of MiniLM and of the
+TF-IDF + logistic regression baseline on the same test comments, with bootstrap intervals. The file is
+balanced (50% toxic, unlike the competition's 10%): F1 and PR-AUC would be lower at the real rate; ROC-AUC does
+not depend on it.
 """
 
 from __future__ import annotations
@@ -210,7 +212,7 @@ def bench(model_name: str, batch_size: int, bucket_batches: int, rounds: int, ma
 
 
 def quality(epochs: float, limit: int | None, out: str, max_len: int, lr: float) -> None:
-    """Fine-tune MiniLM and fit the TF-IDF baseline on the shared binary dev file (80/20), via the CLI."""
+    """Fine-tune MiniLM and fit the TF-IDF baseline on the shared binary dev file (70/10/20 parts), via the CLI."""
     from bertlib.finetune import main as finetune
 
     if not REAL_COMMENTS.is_file():

@@ -253,9 +253,9 @@ def _hub_problem() -> str | None:
 
 def describe_pretraining_corpus() -> str:
     """One line saying which text `pretraining_corpus("auto")` would read here, without downloading anything."""
-    for name in ("test.csv", "test.csv.zip"):
-        if (data.KAGGLE_DIR / name).is_file():
-            return f"Kaggle's unscored Jigsaw test comments as documents ({data.KAGGLE_DIR / name})"
+    kaggle_test = data.kaggle_test_file()
+    if kaggle_test is not None:
+        return f"Kaggle's unscored Jigsaw test comments as documents ({kaggle_test})"
     problem = _hub_problem()
     if problem is None:
         from .downloads import WIKITEXT_FOLDER, WIKITEXT_REPO

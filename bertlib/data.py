@@ -472,15 +472,26 @@ def load_kaggle_test(path: str | Path) -> CommentData:
     return CommentData(frame=kept, report=report, label_names=LABELS)
 
 
+def kaggle_test_file(folder: str | Path | None = None) -> Path | None:
+    """Kaggle's test.csv (or .zip) where its test_labels.csv (or .zip) sits beside it, else None.
+
+    Both are needed to tell the scored test rows from the unscored ones. `folder` defaults to KAGGLE_DIR.
+    """
+    folder = Path(folder) if folder is not None else KAGGLE_DIR
+    path = next((folder / name for name in ("test.csv", "test.csv.zip") if (folder / name).is_file()), None)
+    if path is None or not any((folder / name).is_file() for name in ("test_labels.csv", "test_labels.csv.zip")):
+        return None
+    return path
+
+
 def load_kaggle_unscored(folder: str | Path | None = None) -> CommentData | None:
     """The comments of Kaggle's test set that the competition never scored (labelled -1), or None without them.
 
     Unlabelled text that no evaluation reads: the course pretrains on these, so neither the parts notebook 07
     cuts from train.csv nor the scored test rows are seen in pretraining. `folder` defaults to KAGGLE_DIR.
     """
-    folder = Path(folder) if folder is not None else KAGGLE_DIR
-    path = next((folder / name for name in ("test.csv", "test.csv.zip") if (folder / name).is_file()), None)
-    if path is None or not any((folder / name).is_file() for name in ("test_labels.csv", "test_labels.csv.zip")):
+    path = kaggle_test_file(folder)
+    if path is None:
         return None
     frame, scored, source = _kaggle_test_table(path)
     kept = frame.loc[~scored, ["id", "comment_text"]].reset_index(drop=True)

@@ -309,6 +309,13 @@ def test_kaggle_comment_documents_need_the_test_labels_to_know_what_is_unscored(
     assert downloads.kaggle_comment_documents(tmp_path) is None
 
 
+def test_describing_the_pretraining_text_agrees_with_what_is_read(hub, kaggle_input):
+    assert "Kaggle's unscored" in corpus.describe_pretraining_corpus()
+    (kaggle_input / "test_labels.csv").unlink()  # test.csv alone: no way to tell unscored rows, so not Kaggle
+    assert "Kaggle" not in corpus.describe_pretraining_corpus()
+    assert "Kaggle" not in corpus.pretraining_corpus().source
+
+
 # ---------------------------------------------------------------------------------------------------------
 # bertlib.corpus.pretraining_corpus: Kaggle's comments, else WikiText-103 from the hub, else the sample
 # ---------------------------------------------------------------------------------------------------------

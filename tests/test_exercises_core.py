@@ -8,6 +8,7 @@ import torch
 
 from bertlib import exercises
 from bertlib.exercises import Fail, call, diagnose, expect_close
+from bertlib.model import EncoderLayer
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -90,3 +91,84 @@ def test_list_prints_ids_titles_and_signatures(capsys):
 def test_expect_close_reports_non_finite_values():
     with pytest.raises(Fail, match="non-finite"):
         expect_close("case", torch.zeros(2), torch.tensor([0.0, float("nan")]))
+
+
+# ---- verdicts that never mislead --------------------------------------------------------------------------------
+
+def test_a_forgotten_return_is_named_not_called_not_attempted():
+    def gelu(x):
+        x * 0.5 * (1 + torch.erf(x / 2**0.5))  # computed, never returned
+
+    result = exercises.check("05.gelu", gelu)
+    assert not result.passed and "returned None — is a `return` missing?" in result.message, result.message
+
+
+def test_not_implemented_raised_inside_attempted_code_names_the_learners_line():
+    class Layer(torch.nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            parts = EncoderLayer(config)
+            self.attention, self.attention_norm, self.ffn, self.ffn_norm = (
+                parts.attention, parts.attention_norm, parts.ffn, parts.ffn_norm)
+
+        def forwad(self, x, attention_mask):  # misspelt: torch's Module.forward raises NotImplementedError
+            return x
+
+    def gelu(x):
+        print(0.5 * x)  # started, not finished
+        raise NotImplementedError("the erf part")
+
+    layer = exercises.check("05.encoder_layer", Layer)
+    assert "not attempted" not in layer.message and "NotImplementedError raised inside your code" in layer.message
+    function = exercises.check("05.gelu", gelu)
+    assert "NotImplementedError raised inside your code" in function.message
+    assert 'raise NotImplementedError("the erf part")' in function.message, function.message
+
+
+def test_an_error_inside_torch_is_reported_at_the_learners_line():
+    def gelu(x):
+        return x @ torch.ones(3, 7)  # a shape error raised inside torch
+
+    result = exercises.check("05.gelu", gelu)
+    assert "return x @ torch.ones(3, 7)" in result.message and "RuntimeError" in result.message, result.message
+
+
+def test_an_endless_loop_ends_in_a_verdict_that_names_the_call(monkeypatch):
+    monkeypatch.setattr(exercises, "CALL_TIME_LIMIT_S", 0.2)
+
+    def gelu(x):
+        while True:
+            x = x + 0
+
+    result = exercises.check("05.gelu", gelu)
+    assert not result.passed and "did not return within 0.2 s" in result.message and "Tensor shape" in result.message
+
+
+def test_sys_exit_in_learner_code_is_a_verdict_not_an_exit():
+    import sys
+
+    def gelu(x):
+        sys.exit(1)
+
+    result = exercises.check("05.gelu", gelu)
+    assert not result.passed and "SystemExit" in result.message
+
+
+def test_the_untouched_class_starter_is_not_attempted_and_a_subclass_with_only_super_is_attempted():
+    class Starter(torch.nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            raise NotImplementedError  # your code here
+
+        def forward(self, x, attention_mask):
+            raise NotImplementedError  # your code here
+
+    assert exercises.is_starter(Starter)
+    assert "not attempted yet" in exercises.check("05.encoder_layer", Starter).message
+
+    class OnlySuper(torch.nn.Module):
+        def __init__(self, config):
+            super().__init__()
+
+    assert not exercises.is_starter(OnlySuper)
+    assert not exercises.is_starter(lambda x: None)  # no source of its own to read: treated as attempted

@@ -8,6 +8,16 @@ differing position and values) and, where the wrong answer matches a catalogued 
 mistake by name. In a notebook `check` never raises; `strict=True` raises AssertionError instead
 (the solutions and the tests use it). `list()` shows every exercise with the signature it expects.
 
+"Not attempted" is said only of the untouched starter (its body, docstring aside, is `raise
+NotImplementedError`, `...` or `pass`), read from the function's source; any other function that returns
+None or raises is told what happened, at the line of the learner's own code. Each call of the learner's
+code has a time limit (`CALL_TIME_LIMIT_S`) where the platform has SIGALRM, so an endless loop ends in a
+verdict, not a hung cell.
+
+`use("04.attention", fn)` is how later cells run the learner's code: `fn` when it passes, else bertlib's
+reference (from `references`), with one line saying which and why. `your_bert` assembles the learner's
+pieces into a whole BERT (`assemble_bert`) and keeps them for later notebooks (`keep`, `kept`).
+
 Each notebook's checkers live in their own module (`nb03` for notebook 03 ...), found and imported
 the first time the registry is read. The tools a checker needs are here: `Fail`, `expect_close`,
 `expect_equal`, `diagnose`.
@@ -17,13 +27,21 @@ Leaves out: grading, scores, hidden tests. A check is feedback for the learner, 
 
 from __future__ import annotations
 
+import ast
 import builtins
+import contextlib
 import html
 import importlib
+import inspect
+import linecache
 import pkgutil
+import signal
+import sysconfig
+import threading
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -56,11 +74,16 @@ class Exercise:
 
 @dataclass(frozen=True)
 class Result:
-    """The verdict of one check; a notebook shows it as a short coloured line or two."""
+    """The verdict of one check; a notebook shows it as a short coloured line or two.
+
+    `reason` is the verdict in a few words ("not attempted yet", "fails on a fully padded row"), the
+    line `use` prints when it falls back to the reference.
+    """
 
     exercise_id: str
     passed: bool
     message: str
+    reason: str = ""
 
     def __bool__(self) -> bool:
         return self.passed
@@ -118,26 +141,151 @@ def list(notebook: str | None = None) -> builtins.list[Exercise]:  # noqa: A001 
     return chosen
 
 
+CALL_TIME_LIMIT_S = 30.0  # per call of the learner's code; an endless loop ends in a verdict after this
+
+
+class ReturnedNone(Exception):  # noqa: N818 (a verdict about the learner's code)
+    """The learner's function returned None: usually a forgotten `return`."""
+
+
+class TimedOut(Exception):  # noqa: N818
+    """The learner's function did not return within CALL_TIME_LIMIT_S."""
+
+
+def _definition(obj: Any) -> ast.FunctionDef | ast.ClassDef | None:
+    """The ast node of a function or class as written (a notebook cell or a file), or None if unknown."""
+    functions = [obj] if inspect.isfunction(obj) else [
+        member for member in vars(obj).values() if inspect.isfunction(member)] if inspect.isclass(obj) else []
+    for function in functions:
+        code = function.__code__
+        lines = linecache.getlines(code.co_filename)
+        if not lines:
+            continue
+        try:
+            tree = ast.parse("".join(lines))
+        except SyntaxError:
+            continue
+        kind = ast.ClassDef if inspect.isclass(obj) else (ast.FunctionDef, ast.AsyncFunctionDef)
+        for node in ast.walk(tree):
+            if isinstance(node, kind) and node.name == obj.__name__:
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                if first <= code.co_firstlineno <= node.end_lineno:
+                    return node
+    return None
+
+
+def _is_placeholder(statement: ast.stmt) -> bool:
+    """`...`, `pass`, a docstring, `raise NotImplementedError(...)` or `super().__init__()`."""
+    if isinstance(statement, ast.Pass):
+        return True
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
+        return statement.value.value is Ellipsis or isinstance(statement.value.value, str)
+    if isinstance(statement, ast.Raise) and statement.exc is not None:
+        exc = statement.exc.func if isinstance(statement.exc, ast.Call) else statement.exc
+        return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+        call_ = statement.value.func
+        return (isinstance(call_, ast.Attribute) and call_.attr == "__init__" and isinstance(call_.value, ast.Call)
+                and isinstance(call_.value.func, ast.Name) and call_.value.func.id == "super")
+    return False
+
+
+def _is_marker(statement: ast.stmt) -> bool:
+    """The statements a starter leaves for the learner to replace: `raise NotImplementedError`, `...`, `pass`."""
+    is_ellipsis = (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
+                   and statement.value.value is Ellipsis)
+    return isinstance(statement, ast.Pass | ast.Raise) or is_ellipsis
+
+
+def is_starter(solution: Any) -> bool:
+    """True for an untouched starter: every function body holds only placeholders, and at least one marker."""
+    node = _definition(solution)
+    if node is None:
+        return False
+    bodies = [node.body] if not isinstance(node, ast.ClassDef) else [
+        member.body for member in node.body if isinstance(member, ast.FunctionDef | ast.AsyncFunctionDef)]
+    return bool(bodies) and all(all(_is_placeholder(statement) for statement in body)
+                                and any(_is_marker(statement) for statement in body) for body in bodies)
+
+
+def _library_folders() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    folders = {paths["stdlib"], paths["platstdlib"], paths["purelib"], paths["platlib"],
+               str(Path(__file__).resolve().parent.parent)}
+    return tuple(str(Path(folder).resolve()) for folder in folders)
+
+
+def learner_frame(error: BaseException) -> traceback.FrameSummary | None:
+    """The innermost frame of the traceback that is the learner's code, not bertlib's, torch's or Python's."""
+    folders = _library_folders()
+    frames = traceback.extract_tb(error.__traceback__)
+    for frame in reversed(frames):
+        filename = frame.filename
+        resolved = str(Path(filename).resolve()) if not filename.startswith("<") else filename
+        if not resolved.startswith(folders):
+            return frame
+    return None
+
+
+def _where(error: BaseException) -> str:
+    frame = learner_frame(error)
+    if frame is None:
+        frame = traceback.extract_tb(error.__traceback__)[-1]
+        return f"at line {frame.lineno} of {frame.name} (inside {Path(frame.filename).name}, called by your code)"
+    return f"at line {frame.lineno} of {frame.name}: {(frame.line or '').strip()}"
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float, what: Callable[[], str]) -> Iterator[None]:
+    """Raise TimedOut in the main thread after `seconds` (SIGALRM); elsewhere no limit can be set."""
+    usable = (hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+              and signal.getitimer(signal.ITIMER_REAL)[0] == 0)
+    if not usable:
+        yield
+        return
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise TimedOut(f"your function did not return within {seconds:g} s when called with {what()}: an endless "
+                       "loop, or far more work than the exercise needs?")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def check(exercise_id: str, solution: Any, *, strict: bool = False, seed: int = 0) -> Result:
     """Check the learner's `solution` for `exercise_id` on seeded cases; raise AssertionError only if strict."""
     ex = get(exercise_id)
+    if is_starter(solution):
+        result = Result(exercise_id, False, f"… {exercise_id} not attempted yet: replace `raise NotImplementedError` "
+                                            "(or `...`) with your code, then run this cell again.",
+                        "not attempted yet")
+        if strict:
+            raise AssertionError(result.message)
+        return result
     rng = np.random.default_rng(seed)
     torch_state = torch.random.get_rng_state()
     try:
         ex.checker(solution, rng)
-        result = Result(exercise_id, True, f"✓ {exercise_id} passed: {ex.title}.")
+        result = Result(exercise_id, True, f"✓ {exercise_id} passed: {ex.title}.", "passes")
     except Fail as failure:
         lines = [f"✗ {exercise_id} failed on {failure.case}", f"  {failure.detail}"]
         if failure.hint:
             lines.append(f"  hint: {failure.hint}")
-        result = Result(exercise_id, False, "\n".join(lines))
-    except NotImplementedError:
-        result = Result(exercise_id, False, f"… {exercise_id} not attempted yet: replace `raise NotImplementedError` "
-                                            "(or `...`) with your code, then run this cell again.")
-    except Exception as error:  # the learner's code raised: say where, never raise in a notebook
-        where = traceback.extract_tb(error.__traceback__)[-1]
-        result = Result(exercise_id, False, f"✗ {exercise_id}: your code raised {type(error).__name__}: {error}\n"
-                                            f"  at line {where.lineno} of {where.name}: {where.line}")
+        result = Result(exercise_id, False, "\n".join(lines), f"your code fails on {failure.case}")
+    except ReturnedNone:
+        result = Result(exercise_id, False, f"✗ {exercise_id}: your function returned None — is a `return` missing?",
+                        "your function returns None")
+    except TimedOut as error:
+        result = Result(exercise_id, False, f"✗ {exercise_id}: {error}", "your function did not return in time")
+    except (Exception, SystemExit) as error:  # the learner's code raised: say where, never raise in a notebook
+        name = type(error).__name__
+        result = Result(exercise_id, False, f"✗ {exercise_id}: {name} raised inside your code: {error}\n"
+                                            f"  {_where(error)}", f"your code raises {name}")
     finally:
         torch.random.set_rng_state(torch_state)  # a check leaves the notebook's random stream as it was
     if strict and not result.passed:
@@ -145,11 +293,39 @@ def check(exercise_id: str, solution: Any, *, strict: bool = False, seed: int = 
     return result
 
 
+def use(exercise_id: str, solution: Any, *, quiet: bool = False) -> Any:
+    """`solution` if it passes its check, else bertlib's reference; prints one line saying which and why.
+
+    Later cells run the learner's pieces through this, so a notebook runs top to bottom with every
+    starter unfilled, and the learner's code takes over the moment it passes.
+    """
+    from .references import reference
+
+    fallback = reference(exercise_id)
+    if solution is None:
+        reason = "not given"
+    else:
+        result = check(exercise_id, solution)
+        if result.passed:
+            if not quiet:
+                print(f"{exercise_id}: yours ✓")
+            return solution
+        reason = result.reason
+    if not quiet:
+        print(f"{exercise_id}: {reason} — using bertlib's reference until yours passes")
+    return fallback
+
+
 def call(solution: Callable, *args: Any, **kwargs: Any) -> Any:
-    """Call the learner's function; `...` as a body returns None, which counts as not attempted."""
-    out = solution(*args, **kwargs)
+    """Call the learner's function with a time limit; None back means a missing `return`."""
+    def shown() -> str:
+        described = [describe(arg) for arg in args] + [f"{key}={describe(value)}" for key, value in kwargs.items()]
+        return f"({', '.join(described)[:300]})"
+
+    with _time_limit(CALL_TIME_LIMIT_S, shown):
+        out = solution(*args, **kwargs)
     if out is None:
-        raise NotImplementedError
+        raise ReturnedNone
     return out
 
 
@@ -231,5 +407,15 @@ def _same(a: Any, b: Any, atol: float) -> bool:
         return False
 
 
-__all__ = ["Exercise", "Fail", "Result", "call", "check", "describe", "diagnose", "exercise", "expect_close",
-           "expect_equal", "get", "list"]
+def __getattr__(name: str) -> Any:
+    """The learner's-BERT tools load on first use: they import bertlib's model."""
+    if name in ("assemble_bert", "keep", "kept", "YourBertModel"):
+        from . import your_bert
+
+        return getattr(your_bert, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["CALL_TIME_LIMIT_S", "Exercise", "Fail", "Result", "ReturnedNone", "TimedOut", "YourBertModel",
+           "assemble_bert", "call", "check", "describe", "diagnose", "exercise", "expect_close", "expect_equal", "get",
+           "is_starter", "keep", "kept", "learner_frame", "list", "use"]

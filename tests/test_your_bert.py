@@ -276,6 +276,13 @@ def test_keep_refuses_a_failing_piece_and_one_that_reads_a_notebook_variable(tmp
     assert not list(tmp_path.glob("*.py"))
 
 
+def test_a_piece_that_no_longer_passes_removes_the_copy_kept_earlier(tmp_path, capsys):
+    exercises.keep("05.gelu", gelu, tmp_path)
+    assert exercises.keep("05.gelu", F.relu, tmp_path) is None
+    assert not (tmp_path / "05.gelu.py").exists()
+    assert "(the copy kept earlier is removed)" in capsys.readouterr().out
+
+
 def test_a_kept_file_that_no_longer_loads_is_named_and_skipped(tmp_path, capsys):
     (tmp_path / "05.gelu.py").write_text("PIECE = undefined_name\n")
     assert exercises.kept(tmp_path) == {}

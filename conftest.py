@@ -1,7 +1,41 @@
-"""pytest runs the tests and every notebook in smoke mode: tiny sizes, seconds per notebook."""
+"""pytest runs the tests and every notebook in smoke mode: tiny sizes, seconds per notebook.
+
+Also: property tests are derandomized in CI (the hypothesis profile "ci", loaded where CI is set), so that a red
+CI run reproduces; every notebook cell is marked `slow` (a notebook runs whole or not at all); tests marked
+`shared_data` need the team's real data in ../shared/data, outside the repository, and run only with --shared-data.
+"""
 
 import os
+
+import pytest
 
 os.environ.setdefault("BERTLIB_SMOKE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("BERTLIB_DOWNLOADS", "0")  # tests and nbval use the shipped sample, never the hub
+
+try:
+    from hypothesis import settings
+except ImportError:  # the test tools are not installed: nothing to configure
+    pass
+else:
+    # The same examples on every run (derived from each test's source), no example database and no deadline, so
+    # that a failure seen in CI is the failure seen at home: `HYPOTHESIS_PROFILE=ci python3 -m pytest ...`.
+    settings.register_profile("ci", derandomize=True, database=None, deadline=None, print_blob=True)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE")
+                          or ("ci" if os.environ.get("CI", "").lower() not in {"", "0", "false", "no"} else "default"))
+
+SHARED_DATA = "needs the team's real data in ../shared/data, outside the repository: opt in with --shared-data"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--shared-data", action="store_true",
+                     help="also run the tests marked shared_data (they need ../shared/data and fail without it)")
+
+
+def pytest_collection_modifyitems(config, items):
+    opted_in = config.getoption("--shared-data")
+    for item in items:
+        if item.path.suffix == ".ipynb":  # an nbval cell: its notebook runs in seconds to minutes
+            item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("shared_data") and not opted_in:
+            item.add_marker(pytest.mark.skip(reason=SHARED_DATA))

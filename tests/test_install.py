@@ -70,20 +70,22 @@ def test_every_bertlib_package_is_in_the_wheel_list():
     assert on_disk <= listed, f"add {sorted(on_disk - listed)} to [tool.setuptools] packages in pyproject.toml"
 
 
-def test_a_wheel_carries_the_sample_and_the_notebooks_and_runs_from_another_folder(tmp_path):
+@pytest.mark.slow
+def test_a_wheel_carries_the_sample_and_the_notebooks_and_runs_from_another_folder(tmp_path, make_sandbox_venv,
+                                                                                   sandbox_environment):
     project = project_copy(tmp_path / "project")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w",
                     str(tmp_path / "dist"), str(project)], check=True, capture_output=True, timeout=170)
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
-    python = str(venv / "bin" / "python")
+    python = str(make_sandbox_venv(venv))
+    env = sandbox_environment()
+    env.pop("BERTLIB_ARTIFACTS", None)
     wheel = next((tmp_path / "dist").glob("bertlib-*.whl"))
-    subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", str(wheel)],
-                   check=True, capture_output=True, timeout=170)
+    installed = subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", str(wheel)],
+                               env=env, capture_output=True, text=True, timeout=170)
+    assert installed.returncode == 0, installed.stderr
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    env = {**os.environ, "PYTHONPATH": ""}
-    env.pop("BERTLIB_ARTIFACTS", None)
     probe = ("import json; from bertlib import corpus, course, data; comments = data.load_comments(); "
              "print(json.dumps({'package': str(course.PACKAGE), 'checkout': course.IN_CHECKOUT, "
              "'data': str(course.data_dir()), 'rows': len(comments), 'corpus': len(corpus.load_corpus()), "

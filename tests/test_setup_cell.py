@@ -1,8 +1,9 @@
 """The setup cell, run as a learner meets it: a fresh interpreter, offline, bertlib not importable.
 
 Each run is a new IPython shell (what a notebook kernel runs cells in) inside a virtual environment that
-sees this machine's packages but not bertlib: its finders are removed before the cell runs, so the cell
-must find or clone the course itself. "Offline": pip gets no index, git cannot reach any https address
+sees exactly the packages of the interpreter running the tests (tests/conftest.py, make_sandbox_venv) but not
+bertlib: no VIRTUAL_ENV for IPython to re-add, and any finder of bertlib is removed before the cell runs, so
+the cell must find or clone the course itself. "Offline": pip gets no index, git cannot reach any https address
 (a proxy on a closed port), and the hub is off. The repository is a throwaway git repository of this
 checkout's files, reached by a file:// address; HOME is a temporary folder, so the clone lands there.
 """
@@ -10,13 +11,12 @@ checkout's files, reached by a file:// address; HOME is a temporary folder, so t
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -53,11 +53,11 @@ RUN_CELL = textwrap.dedent('''
 
 
 @pytest.fixture(scope="module")
-def sandbox(tmp_path_factory) -> dict[str, Path]:
-    """A venv seeing this machine's packages, an empty HOME and working folder, and a git repository of the course."""
+def sandbox(tmp_path_factory, make_sandbox_venv, sandbox_environment) -> dict[str, Any]:
+    """A venv seeing this interpreter's packages (and the environment to run it in), and a git repository of the
+    course."""
     root = tmp_path_factory.mktemp("setup-cell")
-    venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    python = make_sandbox_venv(root / "venv")
     repository = root / "repository"
     for name in ("bertlib", "data"):
         shutil.copytree(ROOT / name, repository / name, ignore=shutil.ignore_patterns("__pycache__"))
@@ -69,14 +69,15 @@ def sandbox(tmp_path_factory) -> dict[str, Path]:
     subprocess.run([*git, "commit", "--quiet", "-m", "the course"], check=True)
     (root / "cell.py").write_text(setup_cell.cell_source(), encoding="utf-8")
     (root / "run_cell.py").write_text(RUN_CELL, encoding="utf-8")
-    return {"root": root, "python": venv / "bin" / "python", "repository": repository}
+    return {"root": root, "python": python, "repository": repository, "environment": sandbox_environment}
 
 
-def run_setup_cell(sandbox: dict[str, Path], home: Path, repo: str) -> tuple[dict, str]:
+def run_setup_cell(sandbox: dict[str, Any], home: Path, repo: str) -> tuple[dict, str]:
     """Run the canonical cell in a fresh, offline interpreter; returns its report and everything it printed."""
     work = home / "work"
     work.mkdir(parents=True, exist_ok=True)
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("BERTLIB_REPO", "PYTHON"))}
+    env = {key: value for key, value in sandbox["environment"]().items()
+           if not key.startswith(("BERTLIB_REPO", "PYTHON"))}
     env.update(HOME=str(home), BERTLIB_REPO=repo, PIP_NO_INDEX="1", HF_HUB_OFFLINE="1", BERTLIB_DOWNLOADS="0",
                BERTLIB_ARTIFACTS=str(home / "artifacts"), GIT_TERMINAL_PROMPT="0", GIT_CONFIG_COUNT="1",
                GIT_CONFIG_KEY_0="http.proxy", GIT_CONFIG_VALUE_0="http://127.0.0.1:9")
@@ -89,6 +90,7 @@ def run_setup_cell(sandbox: dict[str, Path], home: Path, repo: str) -> tuple[dic
     return json.loads(reports[-1].removeprefix("REPORT ")), output
 
 
+@pytest.mark.slow
 def test_the_cell_clones_a_file_url_installs_and_imports_bertlib_then_reuses_the_clone(sandbox, tmp_path):
     home = tmp_path / "home"
     clone = home / "bert-from-scratch"
@@ -110,6 +112,7 @@ def test_the_cell_clones_a_file_url_installs_and_imports_bertlib_then_reuses_the
     assert (clone / "marker").read_text() == "kept"
 
 
+@pytest.mark.slow
 def test_the_cell_uses_a_folder_holding_the_course(sandbox, tmp_path):
     report, output = run_setup_cell(sandbox, tmp_path / "home", str(sandbox["repository"]))
     assert report["ok"], output
@@ -117,6 +120,7 @@ def test_the_cell_uses_a_folder_holding_the_course(sandbox, tmp_path):
     assert not (tmp_path / "home" / "bert-from-scratch").exists()
 
 
+@pytest.mark.slow
 def test_without_a_source_the_cell_stops_with_one_paragraph_and_no_traceback(sandbox, tmp_path):
     report, output = run_setup_cell(sandbox, tmp_path / "home", UNREACHABLE)
     assert not report["ok"] and report["bertlib"] is None

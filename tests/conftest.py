@@ -1,5 +1,5 @@
 """Shared fixtures: a tiny random transformers BERT (the oracle), the real MiniLM checkpoint folder, a sandbox
-virtual environment."""
+virtual environment, and hub settings that are the test's own."""
 
 from __future__ import annotations
 
@@ -99,3 +99,24 @@ def make_sandbox_venv() -> Callable[[Path], Path]:
 
     return make
 
+
+# ---------------------------------------------------------------------------------------------------------
+# The hub's offline switch is what the test sets, not what the shell had
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def hub_offline_as_the_test_sets_it(monkeypatch):
+    """HF_HUB_OFFLINE counts as the test leaves it in os.environ, whatever the shell running pytest had.
+
+    huggingface_hub reads HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) once, at import, into
+    constants.HF_HUB_OFFLINE, and bertlib.downloads falls back on that value where the variable is unset. So in a
+    shell with HF_HUB_OFFLINE=1 (common for people who work offline), a test that unsets the variable to talk to a
+    local hub stayed offline. Here the import-time value is off, as in a shell without it: bertlib.downloads
+    reads the variable at each call, so a test that wants offline sets it, and one that wants a hub unsets it.
+    """
+    try:
+        from huggingface_hub import constants
+    except ImportError:
+        return
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)

@@ -1,7 +1,9 @@
 """bertlib.downloads: the real download code against a local stand-in for the hub (tests/hub_server.py).
 
 Every parquet file here is written by the test with made-up text. HF_ENDPOINT points at the local server
-and HF_HOME / HF_HUB_CACHE at a fresh folder, so nothing leaves 127.0.0.1 and no test shares a cache.
+and HF_HOME / HF_HUB_CACHE at a fresh folder, so nothing leaves 127.0.0.1 and no test shares a cache. The hub
+fixture sets every hub setting it needs itself, so the tests pass in a shell with HF_HUB_OFFLINE=1 or
+TRANSFORMERS_OFFLINE=1 (huggingface_hub's import-time reading of those is switched off in tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -71,9 +73,8 @@ def hub(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
     monkeypatch.setenv("BERTLIB_DOWNLOADS", "1")
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    # huggingface_hub reads HF_HUB_OFFLINE once, at import: the test runner's own setting must not leak in.
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
     yield server
     server.stop()
 
@@ -99,6 +100,15 @@ def test_download_gives_the_jigsaw_schema_and_says_where_from(hub, capsys):
     said = capsys.readouterr().out
     assert "downloaded" in said and JIGSAW in said and hub.endpoint in said
     assert hub.gets(JIGSAW) == 1
+
+
+def test_the_hub_settings_are_the_ones_the_test_makes_not_the_shells(monkeypatch):
+    """In a shell with HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 (as .ci/run has), unsetting them puts a test online."""
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    assert downloads._settings()[2] is None and not huggingface_hub.constants.is_offline_mode()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert downloads._settings()[2] == "offline: HF_HUB_OFFLINE is set"
 
 
 def test_second_call_uses_the_cache_without_downloading_again(hub, capsys):

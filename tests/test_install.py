@@ -1,9 +1,12 @@
 """Installing the course: Colab's versions stay, a wheel carries the sample, install.sh on an externally managed Python.
 
 The Colab check resolves the project with pip against the versions Colab and Kaggle ship
-(../shared/colab-pins.txt): pip's resolver must find an install that keeps every one of them, so the
-course can never be the reason a host's Jupyter stack, torch or transformers is upgraded. It needs the
-package index and is skipped, saying why, where pip cannot reach it.
+(tests/colab_pins.txt, which says when and where they were read): pip's resolver must find an install that
+keeps every one of them, so the course can never be the reason a host's Jupyter stack, torch or transformers
+is upgraded. It needs the package index and is skipped, saying why, where pip cannot reach it.
+
+The wheel is tried in a throwaway virtual environment that sees exactly this interpreter's packages
+(tests/conftest.py, make_sandbox_venv), also when the tests themselves run in a virtual environment.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-COLAB_PINS = ROOT.parent / "shared" / "colab-pins.txt"
+COLAB_PINS = ROOT / "tests" / "colab_pins.txt"
 TORCH_HERE = "torch==2.13.0"  # stands in for Colab's torch 2.11, which this machine cannot install
 HOST_PACKAGES = ("ipykernel", "ipywidgets", "jupyter-client", "torch", "transformers")
 OFFLINE_SIGNS = ("Could not fetch URL", "NewConnectionError", "Temporary failure in name resolution",
@@ -40,9 +43,10 @@ def normalized(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+@pytest.mark.slow
 def test_installing_the_course_keeps_colabs_jupyter_torch_and_transformers(tmp_path):
-    if not COLAB_PINS.is_file():
-        pytest.skip(f"{COLAB_PINS} is not there")
+    header = [line for line in COLAB_PINS.read_text().splitlines() if line.startswith("#")]
+    assert re.search(r"Read on \d{4}-\d{2}-\d{2} from", "\n".join(header)), "say when and where the pins were read"
     pins = {normalized(name): version for name, version in
             (line.split("==") for line in COLAB_PINS.read_text().splitlines() if "==" in line and line[0] != "#")}
     pins["torch"] = TORCH_HERE.split("==")[1]

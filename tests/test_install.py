@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import site
 import subprocess
 import sys
 import sysconfig
@@ -149,10 +150,60 @@ def test_install_sh_uses_a_venv_where_the_python_is_externally_managed():
     assert "source .venv/bin/activate" in result.stderr
 
 
-def test_ci_runs_the_readme_test_command():
+def readme_test_command() -> str:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    command = re.search(r"\*\*Run the tests\*\*.*?```bash\n(.+?)\n```", readme, re.S).group(1)
-    assert command in (ROOT / ".ci" / "run").read_text().splitlines()
+    return re.search(r"\*\*Run the tests\*\*.*?```bash\n(.+?)\n```", readme, re.S).group(1)
+
+
+def test_ci_runs_the_readme_test_command_inside_a_fresh_virtual_environment():
+    lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    command = readme_test_command()
+    assert command == "bash install.sh --dev && python3 -m pytest"  # what the stand-in install.sh below expects
+    ran = next(k for k, line in enumerate(lines) if line.startswith(command))
+    made = next(k for k, line in enumerate(lines) if '-m venv "$tmp/venv"' in line)
+    activated = lines.index('. "$tmp/venv/bin/activate"')
+    assert made < activated < ran
+
+
+STAND_IN_INSTALL = """\
+# Stands in for install.sh: says which Python the README's command runs in, and gives that fresh venv this
+# interpreter's packages (pytest) instead of installing anything.
+[ "$1" = --dev ] || exit 2
+python3 -c 'import os, sys; print(sys.prefix, os.environ.get("VIRTUAL_ENV"))' > "$RECORD"
+purelib=$(python3 -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+printf %s "$OUTER" > "$purelib/outer.pth"
+"""
+
+
+@pytest.mark.slow
+def test_ci_fails_on_a_failing_test_and_on_no_tests_and_runs_in_its_own_venv(tmp_path, sandbox_environment):
+    checkout = tmp_path / "checkout"
+    (checkout / ".ci").mkdir(parents=True)
+    shutil.copy(ROOT / ".ci" / "run", checkout / ".ci" / "run")
+    (checkout / "install.sh").write_text(STAND_IN_INSTALL)
+    (checkout / "tests").mkdir()
+    record = tmp_path / "record"
+    python = tmp_path / "python3"  # this interpreter, making its venvs without pip (seconds instead of a minute)
+    python.write_text(f'#!/bin/sh\n[ "$1 $2" = "-m venv" ] || exit 9\nshift 2\n'
+                      f'exec {sys.executable} -m venv --without-pip "$@"\n')
+    python.chmod(0o755)
+    env = sandbox_environment(PYTHON=str(python), RECORD=str(record), TMPDIR=str(tmp_path), CI="true",
+                              OUTER="".join(f"{path}\n" for path in site.getsitepackages()))
+    env.pop("PYTEST_ADDOPTS", None)
+
+    def ci() -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(checkout / ".ci" / "run")], env=env, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=170)
+
+    result = ci()
+    assert result.returncode == 5 and "collected no tests" in result.stderr, result.stdout + result.stderr
+    prefix, virtual_env = record.read_text().split()
+    assert prefix == virtual_env and Path(prefix).parent.parent == tmp_path and prefix != sys.prefix
+    assert not Path(prefix).exists()  # removed afterwards
+    (checkout / "tests" / "test_one.py").write_text("def test_passes():\n    pass\n")
+    (checkout / "tests" / "test_two.py").write_text("def test_fails():\n    assert False\n")
+    result = ci()
+    assert result.returncode == 1 and "1 failed, 1 passed" in result.stdout, result.stdout + result.stderr
 
 
 # ---------------------------------------------------------------------------------------------------------

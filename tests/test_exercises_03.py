@@ -218,68 +218,131 @@ def test_offset_dot_with_the_negative_offsets_mirrored_some_other_way_is_still_n
 
 
 # --------------------------------------------------------------------------------------------------
-# 03.shift_rotation
+# 03.rope
 # --------------------------------------------------------------------------------------------------
 
 
-def shift_rotation(k, dim, *, sign=1.0, cos_sign=-1.0, angle="k-omega", layout="interleaved", swap=False):
-    """Block-diagonal R_k, block i = [[cos kω_i, sin kω_i], [-sin kω_i, cos kω_i]] on columns 2i, 2i+1."""
-    omega = {"k-omega": frequencies(dim), "k": torch.ones(dim // 2, dtype=torch.float64),
-             "step-two": frequencies(dim, mistake="step-two")}[angle]
+def rope(x, base=10000.0):
+    """Interleaved pairs, the angles as an outer product, the two halves of every pair stacked back."""
+    seq_len, dim = x.shape[-2:]
+    angles = torch.arange(seq_len, dtype=torch.float64)[:, None] * frequencies(dim, base=base)  # (seq, dim/2)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
+
+
+def rope_complex(x, base=10000.0):
+    """Each pair as a complex number times e^(i p w), as Meta's LLaMA code writes it: accepted."""
+    seq_len, dim = x.shape[-2:]
+    inv_freq = 1.0 / base ** (torch.arange(0, dim, 2).float() / dim)
+    angles = torch.outer(torch.arange(seq_len).float(), inv_freq)  # (seq, dim/2) float32
+    pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], dim // 2, 2))
+    return torch.view_as_real(pairs * torch.polar(torch.ones_like(angles), angles)).flatten(-2)
+
+
+def shift_rotation(k, dim, base=10000.0):
+    """Notebook 03's section 5: the block-diagonal R_k with PE(p + k) = R_k PE(p)."""
+    omega = frequencies(dim, base=base)
     cos, sin = torch.cos(k * omega), torch.sin(k * omega)
-    if swap:
-        cos, sin = sin, cos
     rotation = torch.zeros(dim, dim, dtype=torch.float64)
-    for i in range(dim // 2):
-        s, c = (2 * i, 2 * i + 1) if layout == "interleaved" else (i, i + dim // 2)
-        rotation[s, s], rotation[s, c] = cos[i], sign * sin[i]
-        rotation[c, s], rotation[c, c] = cos_sign * sign * sin[i], cos[i]
+    rotation[0::2, 0::2], rotation[0::2, 1::2] = torch.diag(cos), torch.diag(sin)
+    rotation[1::2, 0::2], rotation[1::2, 1::2] = torch.diag(-sin), torch.diag(cos)
     return rotation
 
 
-def shift_rotation_block_diag(k, dim):
-    """torch.block_diag of 2 x 2 blocks, float32: accepted."""
-    omega = torch.exp(-math.log(10000.0) * torch.arange(0, dim, 2, dtype=torch.float32) / dim)
-    blocks = [torch.tensor([[math.cos(k * w), math.sin(k * w)], [-math.sin(k * w), math.cos(k * w)]])
-              for w in omega.tolist()]
-    return torch.block_diag(*blocks)
+def rope_from_section_5(x, base=10000.0):
+    """Row p times section 5's R_p (that is R_p^T on a column vector: the turn the other way): accepted."""
+    seq_len, dim = x.shape[-2:]
+    rows = [x[..., p, :].double() @ shift_rotation(p, dim, base) for p in range(seq_len)]
+    return torch.stack(rows, dim=-2)
 
 
-@pytest.mark.parametrize("solution", [shift_rotation, shift_rotation_block_diag], ids=["scatter", "block-diag"])
-def test_shift_rotation_right_answers_pass(solution):
+def rope_wrong(x, base=10000.0, *, pairs="interleaved", freqs="repeat", sign=1.0, start=0, exponent="2i/d",
+               swap=False, in_place=False, fixed_base=False, add=False):
+    """RoPE with one mistake, written the way a learner writes it (float32, like most code)."""
+    seq_len, dim = x.shape[-2:]
+    base = 10000.0 if fixed_base else base
+    column = torch.arange(0, dim, 2).float()  # 2i
+    exponent = {"2i/d": column / dim, "step-two": 2 * column / dim, "no-two": column / 2 / dim,
+                "none": 0 * column}[exponent]
+    angles = torch.arange(start, start + seq_len).float()[:, None] / base ** exponent  # (seq, dim/2)
+    if add:
+        return x + sinusoidal_table(seq_len, dim)
+    if pairs == "halves" or freqs == "cat":
+        emb = torch.cat([angles, angles], dim=-1) if freqs == "cat" else angles.repeat_interleave(2, dim=-1)
+        cos, sin = (emb.sin(), emb.cos()) if swap else (emb.cos(), emb.sin())
+        if pairs == "halves":
+            rotated = torch.cat([-x[..., dim // 2:], x[..., :dim // 2]], dim=-1)  # rotate_half
+        else:
+            rotated = torch.stack([-x[..., 1::2], x[..., 0::2]], dim=-1).flatten(-2)  # rotate_every_two
+        return x * cos + sign * rotated * sin
+    cos, sin = (angles.sin(), angles.cos()) if swap else (angles.cos(), angles.sin())
+    if in_place:
+        x = x.clone()
+        even, odd = x[..., 0::2], x[..., 1::2]  # views: the first assignment changes `even`
+        x[..., 0::2] = even * cos - sign * odd * sin
+        x[..., 1::2] = sign * even * sin + odd * cos
+        return x
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack([even * cos - sign * odd * sin, sign * even * sin + odd * cos], dim=-1).flatten(-2)
+
+
+@pytest.mark.parametrize("solution", [rope, rope_complex, rope_from_section_5, rope_wrong],
+                         ids=["stack-flatten", "complex", "section-5-matrices", "float32"])
+def test_rope_right_answers_pass(solution):
     for seed in range(3):
-        exercises.check("03.shift_rotation", solution, strict=True, seed=seed)
+        exercises.check("03.rope", solution, strict=True, seed=seed)
 
 
-def test_the_checked_rotation_shifts_bertlibs_table():
-    table = sinusoidal_table(200, 32).double()
-    for k in (1, 5, 77):
-        torch.testing.assert_close(table[:-k] @ shift_rotation(k, 32).T, table[k:], atol=1e-5, rtol=0)
-    torch.testing.assert_close(table[3:] @ shift_rotation(-3, 32).T, table[:-3], atol=1e-5, rtol=0)
+def test_the_checked_rope_has_the_relative_property():
+    generator = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 3, 20, 16, generator=generator, dtype=torch.float64).unbind(0)
+    q, k = q[:, :1].expand(-1, 20, -1), k[:, :1].expand(-1, 20, -1)  # one q and one k per head, at every position
+    scores = rope(q[None]) @ rope(k[None]).transpose(-2, -1)  # (1, 3, 20, 20)
+    for offset in (-7, 0, 5):
+        along = scores.diagonal(offset, -2, -1)
+        torch.testing.assert_close(along, along[..., :1].expand_as(along))
+    torch.testing.assert_close(rope(q[None])[..., 0, :], q[None][..., 0, :])  # position 0: unchanged
 
 
-ROTATION_MISTAKES = {
-    "wrong-sign-textbook-rotation": (dict(sign=-1.0), "wrong sign"),
-    "transposed": ("transposed", "wrong sign"),
-    "angle-k-not-k-omega": (dict(angle="k"), "k·ω_i"),
-    "exponent-with-i-stepping-by-2": (dict(angle="step-two"), "i stepping by 2"),
-    "blocks-for-the-concatenated-layout": (dict(layout="concatenated"), "concatenated"),
-    "cos-sin-swapped-in-the-block": (dict(swap=True), "cos and sin are swapped"),
-    "minus-sign-missing": (dict(cos_sign=1.0), "a sign is missing"),
+ROPE_MISTAKES = {
+    "halves-convention-rotate-half": (dict(pairs="halves", freqs="cat"), "the 'halves' convention"),
+    "halves-convention-wrong-sign": (dict(pairs="halves", freqs="cat", sign=-1.0), "the 'halves' convention"),
+    "interleaved-pairs-cat-frequencies": (dict(freqs="cat"), "the SAME angle"),
+    "halves-pairs-repeated-frequencies": (dict(pairs="halves"), "the SAME angle"),
+    "wrong-sign-turns-backwards": (dict(sign=-1.0), "turn the wrong way"),
+    "positions-start-at-1": (dict(start=1), "positions start at 0"),
+    "cos-sin-swapped": (dict(swap=True), "cos and sin are swapped"),
+    "exponent-with-i-stepping-by-2": (dict(exponent="step-two"), "i stepping by 2"),
+    "exponent-without-the-2": (dict(exponent="no-two"), "not i/d"),
+    "angle-p-not-p-omega": (dict(exponent="none"), "not by p"),
+    "even-columns-overwritten-first": (dict(in_place=True), "ORIGINAL"),
+    "base-argument-ignored": (dict(fixed_base=True), "use the `base` argument"),
+    "sinusoidal-table-added": (dict(add=True), "RoPE adds nothing"),
 }
 
 
-@pytest.mark.parametrize("mistake", ROTATION_MISTAKES.values(), ids=ROTATION_MISTAKES.keys())
-def test_shift_rotation_mistakes_are_named(mistake):
+@pytest.mark.parametrize("mistake", ROPE_MISTAKES.values(), ids=ROPE_MISTAKES.keys())
+def test_rope_mistakes_are_named(mistake):
     keywords, hint = mistake
-    if keywords == "transposed":
-        def solution(k, d):
-            return shift_rotation(k, d).T
-    else:
-        def solution(k, d):
-            return shift_rotation(k, d, **keywords)
-    result = exercises.check("03.shift_rotation", solution)
+    result = exercises.check("03.rope", lambda x, base=10000.0: rope_wrong(x, base, **keywords))
     assert not result.passed and hint in result.message, result.message
+
+
+def test_rope_that_is_no_rotation_fails_the_relative_property():
+    def scaled_only(x, base=10000.0):
+        seq_len, dim = x.shape[-2:]
+        angles = torch.arange(seq_len, dtype=torch.float64)[:, None] * frequencies(dim, base=base)
+        return x * angles.cos().repeat_interleave(2, dim=-1).to(x.dtype)  # position 0 right, no partner term
+
+    result = exercises.check("03.rope", scaled_only)
+    assert not result.passed and "must depend only on n - m" in result.message, result.message
+    assert "ROTATED" in result.message
+
+
+def test_rope_without_a_base_argument_is_told_so():
+    result = exercises.check("03.rope", lambda x: rope(x))
+    assert not result.passed and "TypeError" in result.message and "2 were given" in result.message, result.message
 
 
 # --------------------------------------------------------------------------------------------------
@@ -365,7 +428,7 @@ A_WRONG_ANSWER = {
     "03.frequencies": lambda d: frequencies(d, mistake="step-two"),
     "03.sinusoidal": lambda n, d: sinusoidal_wrong(n, d, layout="concatenated"),
     "03.offset_dot": lambda k, d: offset_dot_wrong(k, d, mistake="twice"),
-    "03.shift_rotation": lambda k, d: shift_rotation(k, d, sign=-1.0),
+    "03.rope": lambda x, base=10000.0: rope_wrong(x, base, sign=-1.0),
     "03.embed": lambda e, i, t: embed(e, i, t, positions="from-one"),
 }
 

@@ -1,20 +1,23 @@
-"""Exercises of notebook 03: positional encodings (frequencies, the sinusoidal table, offsets, rotations, embeddings).
+"""Exercises of notebook 03: positional encodings (frequencies, the sinusoidal table, offsets, RoPE, embeddings).
 
 The learner writes the frequencies ω_i = 1 / 10000^(2i/d) of the sinusoidal table, the table itself
 (Vaswani et al. 2017, section 3.5: even columns sin(pos · ω_i), odd columns cos(pos · ω_i)), the dot
-product PE(p) · PE(p + k) = Σ_i cos(k ω_i) that depends only on the offset k, the block-diagonal rotation
-R_k with PE(p + k) = R_k PE(p) (notebook 03, section 5: one block [[cos kω, sin kω], [-sin kω, cos kω]]
-per column pair), and BERT's input embedding: token + segment + position lookups, summed, then LayerNorm.
-The references are bertlib.embeddings.sinusoidal_table and bertlib.embeddings.BertEmbeddings; the
-frequencies, the offset dot product and R_k are computed from the formulas in float64, and the tests
-check them against bertlib's table.
+product PE(p) · PE(p + k) = Σ_i cos(k ω_i) that depends only on the offset k, rotary position embedding
+(RoPE, Su et al. 2021: the interleaved pair (x_2i, x_2i+1) of a query or key at position p turned by the
+angle p·ω_i, the rotations of notebook 03's section 5 applied to the vectors themselves), and BERT's input
+embedding: token + segment + position lookups, summed, then LayerNorm. The references are
+bertlib.embeddings.sinusoidal_table and bertlib.embeddings.BertEmbeddings; the frequencies, the offset dot
+product and RoPE are computed from the formulas in float64, and the tests check them against bertlib's table
+(and RoPE against its relative property).
 
 Conventions accepted: any floating dtype (float32 or float64) and a numpy array for a tensor; the offset dot
-product may be computed from the table or in closed form; an input longer than the position table may raise
-any error, as long as it does not come back with an answer.
+product may be computed from the table or in closed form; RoPE may be computed with complex numbers, a loop
+or the rotation matrices; an input longer than the position table may raise any error, as long as it does
+not come back with an answer.
 
-Leaves out: odd widths (the table pairs its columns), dropout (the embeddings are checked in eval mode) and
-relative or rotary position schemes.
+Leaves out: odd widths (the table and RoPE pair their columns), dropout (the embeddings are checked in eval
+mode), RoPE's halves convention (named when a learner uses it, never accepted) and its scaled variants for
+long contexts.
 """
 
 from __future__ import annotations
@@ -248,77 +251,145 @@ def check_offset_dot(solution, rng: np.random.Generator) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# 03.shift_rotation
+# 03.rope
 # --------------------------------------------------------------------------------------------------
 
-ROTATION_HINT = ("R_k is block diagonal: for each pair i, rows and columns 2i and 2i+1 hold "
-                 "[[cos kω_i, sin kω_i], [-sin kω_i, cos kω_i]], so that (sin(a + b), cos(a + b)) = R (sin a, cos a) "
-                 "with a = pω_i, b = kω_i; every other entry is 0")
-WRONG_SIGN_HINT = ("wrong sign: your matrix is R_kᵀ = R_(-k), the rotation that maps PE(p) to PE(p - k). "
-                   "sin(a + b) = cos b · sin a + sin b · cos a, so the sine row is [cos kω, +sin kω] and the cosine "
-                   "row [-sin kω, cos kω]")
-NO_OMEGA_HINT = "each pair turns by its own angle k·ω_i, not by k: multiply the offset by the pair's frequency"
-CONCATENATED_ROTATION_HINT = ("your blocks pair column i with column i + d/2 (the concatenated [sin | cos] "
-                              "layout); the table interleaves, so each block sits on columns 2i and 2i + 1")
-SWAPPED_BLOCK_HINT = ("cos and sin are swapped inside the blocks: the diagonal of each block holds cos kω_i "
-                      "(R_0 must be the identity)")
-NO_MINUS_HINT = ("a sign is missing: cos(a + b) = cos b · cos a - sin b · sin a, so the cosine row is "
-                 "[-sin kω, cos kω]")
+ROPE_HINT = ("rotary position embedding: at position p (0 .. seq - 1, axis -2), each pair (x_2i, x_2i+1) turns by "
+             "the angle p·ω_i, ω_i = base^(-2i/d): out_2i = x_2i cos - x_2i+1 sin, out_2i+1 = x_2i sin + x_2i+1 cos, "
+             "the same angles for every sequence of the batch and every head")
+HALVES_HINT = ("you paired column i with column i + d/2: that is the 'halves' convention (rotate_half, as in GPT-NeoX "
+               "and Hugging Face's Llama). This exercise asks for the interleaved pairs (2i, 2i+1) of Su et al. "
+               "(RoFormer) and GPT-J: both are RoPE, but weights trained with one read nonsense with the other")
+MIXED_HINT = ("the two columns of a pair must turn by the SAME angle p·ω_i: repeat each frequency for both columns of "
+              "its pair (repeat_interleave(2)). torch.cat([ω, ω]) belongs to the halves convention (pairs i, i + d/2); "
+              "mixed with the other convention's pairs it is no rotation at all")
+ROPE_SIGN_HINT = ("your pairs turn the wrong way, by -p·ω_i: out_2i = x_2i cos - x_2i+1 sin, out_2i+1 = x_2i sin + "
+                  "x_2i+1 cos, the complex product (x_2i + i·x_2i+1)·e^(i·p·ω). Section 5's R_k has the other signs "
+                  "because it turns (sin, cos) pairs, sine first. (Turning the other way still gives the relative "
+                  "property: it is RoPE with the positions counted backwards, but not the convention pretrained "
+                  "weights use)")
+ROPE_START_HINT = "positions start at 0: position 0 turns by the angle 0, so it must come back unchanged"
+ROPE_SWAP_HINT = ("cos and sin are swapped: x is multiplied by cos(p·ω) and its partner by sin(p·ω), so that "
+                  "position 0 (angle 0) comes back unchanged")
+ROPE_BASE_HINT = "use the `base` argument: ω_i = base^(-2i/d), not 10000^(-2i/d) whatever the base"
+ROPE_STEP_TWO_HINT = ("the exponent was computed with i stepping by 2 and doubled again: with i in range(0, d, 2) the "
+                      "frequency is base ** (-i / d); the exponent must stay below 1")
+ROPE_NO_TWO_HINT = "the exponent is 2i/d, not i/d (with i = 0, 1, ..., d/2 - 1 the pair index)"
+ROPE_NO_OMEGA_HINT = "each pair turns by its own angle p·ω_i, not by p: multiply the position by the pair's frequency"
+OVERWRITE_HINT = ("you wrote the new even columns into x before computing the odd ones: out_2i+1 needs the ORIGINAL "
+                  "x_2i, and x[..., 0::2] is a view that your first assignment changed. Compute both halves of every "
+                  "pair from the input, then write (or build a new tensor)")
+ADDITIVE_HINT = ("you added the sinusoidal table (x + PE): RoPE adds nothing, it rotates each pair of x by p·ω_i. The "
+                 "rotation is what makes q_m · k_n depend only on n - m")
+RELATIVE_HINT = ("rotating every pair of q at position m by m·ω_i and of k at position n by n·ω_i turns their dot "
+                 "product into q · R_((n-m)ω) k, a function of n - m alone: each pair must be ROTATED (its length "
+                 "kept), by an angle proportional to its position")
 
 
-def _rotation(k: int, dim: int, *, omega: torch.Tensor | None = None, sign: float = 1.0, lower_sign: float = -1.0,
-              layout: str = "interleaved", swap: bool = False) -> torch.Tensor:
-    """(dim, dim) float64 R_k, with the mistakes chosen by the keywords (the defaults are the right one)."""
-    omega = _omega(dim) if omega is None else omega
-    cos, sin = torch.cos(k * omega), torch.sin(k * omega)  # (d/2,) each
-    if swap:
-        cos, sin = sin, cos
-    half = dim // 2
-    sine_rows = torch.arange(0, dim, 2) if layout == "interleaved" else torch.arange(half)
-    cosine_rows = sine_rows + (1 if layout == "interleaved" else half)
-    rotation = torch.zeros(dim, dim, dtype=torch.float64)
-    rotation[sine_rows, sine_rows] = cos
-    rotation[sine_rows, cosine_rows] = sign * sin
-    rotation[cosine_rows, sine_rows] = lower_sign * sign * sin
-    rotation[cosine_rows, cosine_rows] = cos
-    return rotation
+def _rope(x: torch.Tensor, base: float = BASE, *, pairs: str = "interleaved", angles: str = "per-pair",
+          sign: float = 1.0, start: int = 0, omega: torch.Tensor | None = None, swap: bool = False,
+          overwrite: bool = False, additive: bool = False) -> torch.Tensor:
+    """x (..., seq, d) rotated in float64, pair by pair, by p·ω_i; the keywords choose a mistake (defaults: right)."""
+    seq_len, dim = x.shape[-2:]
+    x = x.double()
+    omega = _omega(dim, base) if omega is None else omega  # (d/2,)
+    if additive:
+        return x + _table(seq_len, dim, omega_sin=omega)
+    theta = torch.arange(start, start + seq_len, dtype=torch.float64)[:, None] * omega  # (seq, d/2)
+    phi = theta.repeat_interleave(2, dim=-1) if angles == "per-pair" else torch.cat([theta, theta], dim=-1)  # (seq, d)
+    cos, sin = (phi.sin(), phi.cos()) if swap else (phi.cos(), phi.sin())
+    if pairs == "interleaved":
+        partner = torch.stack([-x[..., 1::2], x[..., 0::2]], dim=-1).flatten(-2)  # (-x_2i+1, x_2i) at (2i, 2i+1)
+    else:
+        partner = torch.cat([-x[..., dim // 2:], x[..., :dim // 2]], dim=-1)  # rotate_half
+    out = x * cos + sign * partner * sin
+    if overwrite:  # the odd column computed from the already rotated even column
+        odd = sign * out[..., 0::2] * sin[..., 0::2] + x[..., 1::2] * cos[..., 1::2]
+        out = torch.stack([out[..., 0::2], odd], dim=-1).flatten(-2)
+    return out
 
 
-def _rotation_mistakes(k: int, dim: int) -> Mistakes:
-    def rotation(**mistake: Any) -> Callable[[], torch.Tensor]:
-        return lambda: _rotation(k, dim, **mistake)
+def _rope_mistakes(x: torch.Tensor, base: float) -> Mistakes:
+    dim = x.shape[-1]
 
-    return [
-        (WRONG_SIGN_HINT, rotation(sign=-1.0)),
-        (NO_OMEGA_HINT, rotation(omega=torch.ones(dim // 2, dtype=torch.float64))),
-        (STEP_TWO_TABLE_HINT, rotation(omega=BASE ** (-2 * _pairs(dim) / dim))),
-        (CONCATENATED_ROTATION_HINT, rotation(layout="concatenated")),
-        (SWAPPED_BLOCK_HINT, rotation(swap=True)),
-        (SWAPPED_BLOCK_HINT, rotation(swap=True, sign=-1.0)),
-        (NO_MINUS_HINT, rotation(lower_sign=1.0)),
-        (NO_MINUS_HINT, rotation(sign=-1.0, lower_sign=1.0)),
+    def rope(**mistake: Any) -> Callable[[], torch.Tensor]:
+        return lambda: _rope(x, base, **mistake)
+
+    mistakes = [
+        (HALVES_HINT, rope(pairs="halves", angles="cat")),
+        (HALVES_HINT, rope(pairs="halves", angles="cat", sign=-1.0)),
+        (MIXED_HINT, rope(angles="cat")),
+        (MIXED_HINT, rope(pairs="halves")),
+        (ROPE_SIGN_HINT, rope(sign=-1.0)),
+        (ROPE_START_HINT, rope(start=1)),
+        (ROPE_SWAP_HINT, rope(swap=True)),
+        (ROPE_SWAP_HINT, rope(swap=True, sign=-1.0)),
+        (ROPE_STEP_TWO_HINT, rope(omega=base ** (-2 * _pairs(dim) / dim))),
+        (ROPE_NO_TWO_HINT, rope(omega=base ** (-torch.arange(dim // 2, dtype=torch.float64) / dim))),
+        (ROPE_NO_OMEGA_HINT, rope(omega=torch.ones(dim // 2, dtype=torch.float64))),
+        (OVERWRITE_HINT, rope(overwrite=True)),
+        (OVERWRITE_HINT, rope(overwrite=True, sign=-1.0)),
+        (ADDITIVE_HINT, rope(additive=True)),
     ]
+    if base != BASE:
+        mistakes.insert(0, (ROPE_BASE_HINT, lambda: _rope(x, BASE)))
+    return mistakes
 
 
-def _check_rotation_case(case: str, solution, k: int, dim: int) -> None:
-    expected = _rotation(k, dim)
-    got = _tensor_of_shape(case, _as_tensor(call(solution, k, dim)), (dim, dim), ROTATION_HINT)
-    hint = _name_mistake(got.double(), expected, _rotation_mistakes(k, dim))
-    expect_close(f"{case} (R_k PE(p) must equal PE(p + k))", expected, got, atol=1e-4, rtol=1e-4,
-                 hint=hint or ROTATION_HINT)
+def _call_rope(case: str, solution, x: torch.Tensor, base: float | None) -> torch.Tensor:
+    """The learner's rope(x) (or rope(x, base)) as a float64 tensor of x's shape."""
+    got = call(solution, x.clone()) if base is None else call(solution, x.clone(), base)
+    return _tensor_of_shape(case, _as_tensor(got), tuple(x.shape), ROPE_HINT).double()
 
 
-@exercise("03.shift_rotation", "The rotation R_k with PE(p + k) = R_k PE(p), one 2x2 block per column pair",
-          "f(k: int, dim: int) -> Tensor (dim, dim)  (R_k; for the table's rows: table[:-k] @ R_k.T == table[k:])")
-def check_shift_rotation(solution, rng: np.random.Generator) -> None:
-    """k = 1, k = 0 (the identity), a negative k, one pair, a random k and width, a long shift."""
-    _check_rotation_case("k = 1, dim = 8", solution, 1, 8)
-    _check_rotation_case("k = 0 (the identity), dim = 6", solution, 0, 6)
-    _check_rotation_case("k = -3 (a shift backwards), dim = 8", solution, -3, 8)
-    _check_rotation_case("one pair: k = 2, dim = 2", solution, 2, 2)
-    k, dim = int(rng.integers(2, 60)), 2 * int(rng.integers(2, 24))
-    _check_rotation_case(f"random: k = {k}, dim = {dim}", solution, k, dim)
-    _check_rotation_case("a long shift: k = 300, dim = 64", solution, 300, 64)
+def _check_rope_case(case: str, solution, x: torch.Tensor, base: float | None = None, atol: float = 2e-4) -> None:
+    expected = _rope(x, BASE if base is None else base)
+    got = _call_rope(case, solution, x, base)
+    hint = _name_mistake(got, expected, _rope_mistakes(x, BASE if base is None else base))
+    expect_close(case, expected, got, atol=atol, rtol=1e-4, hint=hint or ROPE_HINT)
+
+
+def _check_relative_case(case: str, solution, q: torch.Tensor, k: torch.Tensor, seq_len: int) -> None:
+    """One q and one k at every position: rope(q)_m · rope(k)_n must be a function of n - m, and the right one."""
+    x = torch.stack([q.expand(seq_len, -1), k.expand(seq_len, -1)])[:, None]  # (2, 1, seq, d): batch 0 q, batch 1 k
+    expected = _rope(x)
+    got = _call_rope(case, solution, x, None)
+    hint = _name_mistake(got, expected, _rope_mistakes(x, BASE))
+    if hint:
+        expect_close(case, expected, got, atol=2e-4, rtol=1e-4, hint=hint)
+    scores = got[0, 0] @ got[1, 0].T  # (seq, seq): rope(q)_m · rope(k)_n
+    tolerance = 1e-3 * (1 + float(scores.abs().max()))
+    offsets = sorted(range(1 - seq_len, seq_len), key=abs) if torch.isfinite(scores).all() else []  # 0, -1, 1, ...
+    for offset in offsets:
+        along = scores.diagonal(offset)  # the pairs (m, m + offset), m = max(0, -offset), ...
+        spread = (along - along[0]).abs()
+        if bool((spread > tolerance).any()):
+            j = int(spread.argmax())
+            first, other = max(0, -offset), max(0, -offset) + j
+            raise Fail(case, f"rope(q)_m · rope(k)_n must depend only on n - m, yet for n - m = {offset} it is "
+                             f"{along[0].item():.6g} at m = {first} and {along[j].item():.6g} at m = {other}",
+                       RELATIVE_HINT)
+    expect_close(case, expected, got, atol=2e-4, rtol=1e-4, hint=ROPE_HINT)
+
+
+@exercise("03.rope", "Rotary position embedding (RoPE): turn each pair (x_2i, x_2i+1) at position p by p·ω_i",
+          "f(x: Tensor (batch, heads, seq, head_dim), base: float = 10000.0) -> Tensor of x's shape  (pairs "
+          "(2i, 2i+1) interleaved)")
+def check_rope(solution, rng: np.random.Generator) -> None:
+    """Position 0 alone, the relative property, random values, another base, one pair, a random shape, 512 positions."""
+    def normal(*shape: int) -> torch.Tensor:
+        return torch.from_numpy(rng.normal(size=shape)).float()
+
+    _check_rope_case("position 0 alone: x (2, 3, 1, 8) must come back unchanged", solution, normal(2, 3, 1, 8))
+    _check_relative_case("the relative property: the same q (batch row 0) and the same k (row 1) at each of 40 "
+                         "positions, head_dim 32", solution, normal(32), normal(32), 40)
+    _check_rope_case("random x (2, 3, 7, 16)", solution, normal(2, 3, 7, 16))
+    _check_rope_case("another base: rope(x, 100.0), x (1, 2, 6, 8)", solution, normal(1, 2, 6, 8), base=100.0)
+    _check_rope_case("one pair: x (2, 1, 9, 2), ω_0 = 1, so position p turns by p radians", solution,
+                     normal(2, 1, 9, 2))
+    shape = (int(rng.integers(1, 4)), int(rng.integers(1, 5)), int(rng.integers(2, 30)), 2 * int(rng.integers(2, 33)))
+    _check_rope_case(f"random shape: x {shape}", solution, normal(*shape))
+    _check_rope_case("a long sequence: x (1, 2, 512, 64)", solution, normal(1, 2, 512, 64), atol=5e-4)
 
 
 # --------------------------------------------------------------------------------------------------

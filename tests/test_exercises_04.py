@@ -185,7 +185,190 @@ def test_attention_that_returns_the_weights_is_a_shape_error():
 
 
 # --------------------------------------------------------------------------------------------------
-# 04.split_heads, 04.merge_heads
+# 04.causal_attention: a right answer and a factory of wrong ones (each keyword is one mistake)
+# --------------------------------------------------------------------------------------------------
+
+
+def causal_attention(q, k, v, key_padding_mask, *, triangle="tril", combine="and", guard=True, softmax_dim=-1,
+                     scale=True, fill=float("-inf"), zero_after=False, additive=False):
+    """Query i sees the real keys j <= i; a row with no such key keeps every key."""
+    seq_len = q.shape[-2]
+    ones = torch.ones(seq_len, seq_len, dtype=torch.bool)
+    past = {"tril": ones.tril(), "triu": ones.triu(), "no-diagonal": ones.tril(-1),
+            "tril-passed-to-masked-fill": ~ones.tril()}[triangle]  # (seq_q, seq_k): True = may attend
+    keys, queries = key_padding_mask[:, None, None, :], key_padding_mask[:, None, :, None]
+    allowed = {"and": past & keys, "or": past | keys, "keys-only": keys & ones, "triangle-only": past & (keys | True),
+               "queries": past & queries}[combine]  # (batch, 1, seq_q, seq_k)
+    if guard:
+        allowed = allowed | ~allowed.any(-1, keepdim=True)
+    scores = q @ k.transpose(-2, -1) / (math.sqrt(q.shape[-1]) if scale else 1.0)
+    if additive:
+        weights = (scores + (1 - allowed.to(q.dtype)) * torch.tensor(-1e9, dtype=q.dtype)).softmax(softmax_dim)
+    elif zero_after:
+        weights = scores.softmax(softmax_dim).masked_fill(~allowed, 0.0)
+    else:
+        weights = scores.masked_fill(~allowed, fill).softmax(softmax_dim)
+    return weights @ v
+
+
+def causal_attention_finfo_min(q, k, v, key_padding_mask):
+    """No guard: the smallest finite value instead of -inf, so a row with no key comes out uniform: accepted."""
+    return causal_attention(q, k, v, key_padding_mask, guard=False, fill=torch.finfo(q.dtype).min)
+
+
+def causal_attention_nan_to_num(q, k, v, key_padding_mask):
+    """-inf, no guard, and the NaN of a row with no key replaced by 0 after the softmax: accepted."""
+    seq_len = q.shape[-2]
+    allowed = torch.ones(seq_len, seq_len, dtype=torch.bool).tril() & key_padding_mask[:, None, None, :]
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~allowed, float("-inf"))
+    return scores.softmax(-1).nan_to_num(0.0) @ v
+
+
+def causal_attention_sdpa(q, k, v, key_padding_mask):
+    seq_len = q.shape[-2]
+    allowed = torch.ones(seq_len, seq_len, dtype=torch.bool).tril() & key_padding_mask[:, None, None, :]
+    allowed = allowed | ~allowed.any(-1, keepdim=True)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+
+
+@pytest.mark.parametrize("solution", [
+    causal_attention, causal_attention_finfo_min, causal_attention_nan_to_num, causal_attention_sdpa,
+    lambda q, k, v, m: causal_attention(q.float(), k.float(), v.float(), m).to(q.dtype),
+], ids=["tril-and-mask-with-guard", "finfo-min", "nan-to-num", "sdpa", "float32-inside"])
+def test_causal_attention_right_answers_pass(solution):
+    for seed in range(3):
+        exercises.check("04.causal_attention", solution, strict=True, seed=seed)
+
+
+CAUSAL_MISTAKES = {
+    "triu-sees-the-future": (dict(triangle="triu"), "points the wrong way"),
+    "tril-passed-to-masked-fill": (dict(triangle="tril-passed-to-masked-fill"), "blocked the past"),
+    "tril-passed-to-masked-fill-nan": (dict(triangle="tril-passed-to-masked-fill", guard=False), "blocked the past"),
+    "diagonal-left-out": (dict(triangle="no-diagonal"), "must see itself"),
+    "diagonal-left-out-nan": (dict(triangle="no-diagonal", guard=False), "must see itself"),
+    "padding-mask-alone": (dict(combine="keys-only"), "the future is visible"),
+    "triangle-alone": (dict(combine="triangle-only"), "padding on their left"),
+    "padded-queries-instead-of-keys": (dict(combine="queries"), "padding on their left"),
+    "masks-combined-with-or": (dict(combine="or"), "with OR"),
+    "no-row-guard-nan": (dict(guard=False), "no allowed key"),
+    "softmax-over-queries": (dict(softmax_dim=-2), "softmax over the query axis"),
+    "zeroed-after-softmax": (dict(zero_after=True), "after the softmax"),
+    "no-scale": (dict(scale=False), "left out the 1/sqrt(d) scale"),
+    "minus-1e9-additive-float16": (dict(additive=True), "-1e9 is -inf"),
+}
+
+
+@pytest.mark.parametrize("mistake", CAUSAL_MISTAKES.values(), ids=CAUSAL_MISTAKES.keys())
+def test_causal_attention_mistakes_are_named(mistake):
+    keywords, hint = mistake
+    result = exercises.check("04.causal_attention", lambda q, k, v, m: causal_attention(q, k, v, m, **keywords))
+    assert not result.passed and hint in result.message, result.message
+
+
+def test_causal_attention_that_ignores_the_padding_passes_right_padding_and_fails_left_padding():
+    result = exercises.check("04.causal_attention", lambda q, k, v, m: causal_attention(q, k, v, m,
+                                                                                         combine="triangle-only"))
+    assert "failed on float32, left padding" in result.message, result.message
+
+
+# --------------------------------------------------------------------------------------------------
+# 04.alibi_attention
+# --------------------------------------------------------------------------------------------------
+
+
+def alibi_slopes(heads, *, start=1, eight=8.0):
+    return 2.0 ** (-eight * torch.arange(start, start + heads, dtype=torch.float64) / heads)  # (heads,)
+
+
+def alibi_attention(q, k, v, key_padding_mask, *, slopes="right", distance="abs", sign=-1.0, scale=True,
+                    bias_scaled=False, masked=True, causal=False):
+    """softmax(Q Kᵀ / sqrt(d) - m_h |i - j|) V with padded keys at -inf; each keyword is one mistake."""
+    batch, heads, seq_len, d = q.shape
+    m = {"right": alibi_slopes(heads), "from-zero": alibi_slopes(heads, start=0),
+         "no-8": alibi_slopes(heads, eight=1.0), "reversed": alibi_slopes(heads).flip(0),
+         "ones": torch.ones(heads, dtype=torch.float64)}[slopes]
+    i, j = torch.arange(seq_len)[:, None], torch.arange(seq_len)[None, :]
+    gap = {"abs": (i - j).abs(), "query-minus-key": i - j, "key-minus-query": j - i}[distance]  # (seq, seq)
+    bias = (sign * m[:, None, None] * gap).to(q.dtype)  # (heads, seq, seq)
+    scores = q @ k.transpose(-2, -1)
+    scores = (scores + bias) / math.sqrt(d) if bias_scaled else scores / (math.sqrt(d) if scale else 1.0) + bias
+    keep = key_padding_mask | ~key_padding_mask.any(-1, keepdim=True)
+    allowed = keep[:, None, None, :] if masked else torch.ones(1, dtype=torch.bool)
+    if causal:
+        allowed = allowed & torch.ones(seq_len, seq_len, dtype=torch.bool).tril()
+    return scores.masked_fill(~allowed, float("-inf")).softmax(-1) @ v
+
+
+def alibi_attention_sdpa_float_mask(q, k, v, key_padding_mask):
+    """The bias and the padding as one float mask for scaled_dot_product_attention, the paper's slopes: accepted."""
+    heads, seq_len = q.shape[1], q.shape[-2]
+    start = 2 ** (-(2 ** -(math.log2(heads) - 3)))  # Press et al.'s get_slopes for a power of 2
+    slopes = torch.tensor([start * start**h for h in range(heads)])  # (heads,)
+    positions = torch.arange(seq_len)
+    bias = -slopes[:, None, None] * (positions[None, :] - positions[:, None]).abs()  # (heads, seq, seq)
+    keep = key_padding_mask | ~key_padding_mask.any(-1, keepdim=True)
+    mask = torch.zeros(keep.shape, dtype=q.dtype).masked_fill(~keep, float("-inf"))[:, None, None, :]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype) + mask)
+
+
+@pytest.mark.parametrize("solution", [
+    alibi_attention, alibi_attention_sdpa_float_mask,
+    lambda q, k, v, m: alibi_attention(q.float(), k.float(), v.float(), m).to(q.dtype),
+], ids=["masked-fill-with-guard", "sdpa-float-mask", "float32-inside"])
+def test_alibi_attention_right_answers_pass(solution):
+    for seed in range(3):
+        exercises.check("04.alibi_attention", solution, strict=True, seed=seed)
+
+
+ALIBI_MISTAKES = {
+    "slopes-from-h-0": (dict(slopes="from-zero"), "start at h = 1"),
+    "slopes-without-the-8": (dict(slopes="no-8"), "lacks the 8"),
+    "slopes-reversed": (dict(slopes="reversed"), "reverse order"),
+    "one-slope-for-every-head": (dict(slopes="ones"), "its own slope"),
+    "bias-added-not-subtracted": (dict(sign=1.0), "wrong sign"),
+    "signed-distance-query-minus-key": (dict(distance="query-minus-key"), "the distance is |i - j|"),
+    "signed-distance-key-minus-query": (dict(distance="key-minus-query"), "the distance is |i - j|"),
+    "causal-alibi-of-the-paper": (dict(distance="query-minus-key", causal=True), "causal language model"),
+    "bias-divided-by-sqrt-d": (dict(bias_scaled=True), "divided the bias by sqrt(d)"),
+    "bias-instead-of-the-padding-mask": (dict(masked=False), "does not replace the padding mask"),
+    "no-scale": (dict(scale=False), "left out the 1/sqrt(d) scale"),
+}
+
+
+@pytest.mark.parametrize("mistake", ALIBI_MISTAKES.values(), ids=ALIBI_MISTAKES.keys())
+def test_alibi_attention_mistakes_are_named(mistake):
+    keywords, hint = mistake
+    result = exercises.check("04.alibi_attention", lambda q, k, v, m: alibi_attention(q, k, v, m, **keywords))
+    assert not result.passed and hint in result.message, result.message
+
+
+def test_alibi_attention_without_a_guard_is_told_about_the_all_padding_row():
+    def unguarded(q, k, v, key_padding_mask):
+        heads, seq_len = q.shape[1], q.shape[-2]
+        positions = torch.arange(seq_len)
+        bias = -alibi_slopes(heads)[:, None, None] * (positions[:, None] - positions[None, :]).abs()
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + bias.to(q.dtype)
+        return scores.masked_fill(~key_padding_mask[:, None, None, :], float("-inf")).softmax(-1) @ v
+
+    result = exercises.check("04.alibi_attention", unguarded)
+    assert not result.passed and "whose keys are all padding" in result.message and "0/0 = NaN" in result.message
+
+
+def test_alibi_attention_with_the_float16_minus_1e9_is_named():
+    def additive(q, k, v, key_padding_mask):
+        heads, seq_len = q.shape[1], q.shape[-2]
+        positions = torch.arange(seq_len)
+        bias = -alibi_slopes(heads)[:, None, None] * (positions[:, None] - positions[None, :]).abs()
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + bias.to(q.dtype)
+        padding = (1 - key_padding_mask.to(q.dtype))[:, None, None, :] * torch.tensor(-1e9, dtype=q.dtype)
+        return (scores + padding).softmax(-1) @ v
+
+    result = exercises.check("04.alibi_attention", additive)
+    assert not result.passed and "-1e9 is -inf" in result.message, result.message
+
+
+# --------------------------------------------------------------------------------------------------
+# 04.multi_head_attention: the split and the merge, right and wrong, then a factory of wrong answers
 # --------------------------------------------------------------------------------------------------
 
 
@@ -198,24 +381,9 @@ def split_heads_unflatten(x, num_heads):
     return x.unflatten(-1, (num_heads, -1)).permute(0, 2, 1, 3)
 
 
-def split_plain_view(x, num_heads):
-    batch, seq_len, hidden = x.shape
-    return x.view(batch, num_heads, seq_len, hidden // num_heads)
-
-
 def split_plain_reshape(x, num_heads):
     batch, seq_len, hidden = x.shape
     return x.reshape(batch, num_heads, seq_len, hidden // num_heads)
-
-
-def split_interleaved(x, num_heads):
-    batch, seq_len, hidden = x.shape
-    return x.view(batch, seq_len, hidden // num_heads, num_heads).permute(0, 3, 1, 2)
-
-
-def split_fixed_head_dim(x, num_heads):
-    batch, seq_len, hidden = x.shape
-    return x.view(batch, seq_len, hidden // 4, 4).transpose(1, 2)
 
 
 def merge_heads(x):
@@ -223,66 +391,14 @@ def merge_heads(x):
     return x.transpose(1, 2).reshape(batch, seq_len, heads * head_dim)  # (batch, seq, hidden)
 
 
-def merge_heads_contiguous_view(x):
-    batch, heads, seq_len, head_dim = x.shape
-    return x.permute(0, 2, 1, 3).contiguous().view(batch, seq_len, heads * head_dim)
-
-
 def merge_no_transpose(x):
     batch, heads, seq_len, head_dim = x.shape
     return x.reshape(batch, seq_len, heads * head_dim)
 
 
-def merge_interleaved(x):
-    batch, heads, seq_len, head_dim = x.shape
-    return x.permute(0, 2, 3, 1).reshape(batch, seq_len, heads * head_dim)
-
-
 def merge_view_after_transpose(x):
     batch, heads, seq_len, head_dim = x.shape
     return x.transpose(1, 2).view(batch, seq_len, heads * head_dim)
-
-
-@pytest.mark.parametrize("solution", [split_heads, split_heads_unflatten], ids=["view-transpose", "unflatten-permute"])
-def test_split_heads_right_answers_pass(solution):
-    exercises.check("04.split_heads", solution, strict=True)
-
-
-@pytest.mark.parametrize("solution", [merge_heads, merge_heads_contiguous_view, lambda x: x.transpose(1, 2).flatten(2)],
-                         ids=["transpose-reshape", "contiguous-view", "flatten"])
-def test_merge_heads_right_answers_pass(solution):
-    exercises.check("04.merge_heads", solution, strict=True)
-
-
-SPLIT_MISTAKES = {
-    "plain-view-without-transpose": (split_plain_view, "a plain .view(batch, heads, seq, head_dim)"),
-    "interleaved-heads": (split_interleaved, "contiguous block of head_dim columns"),
-    "head-dim-hard-coded": (split_fixed_head_dim, "expected shape"),
-}
-MERGE_MISTAKES = {
-    "merged-without-transpose": (merge_no_transpose, "merged without transposing"),
-    "interleaved-heads": (merge_interleaved, "heads are interleaved"),
-    "view-after-transpose": (merge_view_after_transpose, "not contiguous"),
-}
-
-
-@pytest.mark.parametrize("mistake", SPLIT_MISTAKES.values(), ids=SPLIT_MISTAKES.keys())
-def test_split_heads_mistakes_are_named(mistake):
-    solution, hint = mistake
-    result = exercises.check("04.split_heads", solution)
-    assert not result.passed and hint in result.message, result.message
-
-
-@pytest.mark.parametrize("mistake", MERGE_MISTAKES.values(), ids=MERGE_MISTAKES.keys())
-def test_merge_heads_mistakes_are_named(mistake):
-    solution, hint = mistake
-    result = exercises.check("04.merge_heads", solution)
-    assert not result.passed and hint in result.message, result.message
-
-
-# --------------------------------------------------------------------------------------------------
-# 04.multi_head_attention
-# --------------------------------------------------------------------------------------------------
 
 
 def multi_head_attention(layer, x, key_padding_mask, *, split=split_heads, merge=merge_heads, project=True,
@@ -357,8 +473,8 @@ def ellipsis_body(*args): ...
 A_WRONG_ANSWER = {
     "04.softmax": softmax_naive,
     "04.attention": lambda q, k, v, m: attention(q, k, v, m, scale="none"),
-    "04.split_heads": split_plain_view,
-    "04.merge_heads": merge_no_transpose,
+    "04.causal_attention": lambda q, k, v, m: causal_attention(q, k, v, m, triangle="triu"),
+    "04.alibi_attention": lambda q, k, v, m: alibi_attention(q, k, v, m, sign=1.0),
     "04.multi_head_attention": lambda layer, x, m: multi_head_attention(layer, x, m, project=False),
 }
 

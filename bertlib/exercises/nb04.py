@@ -1,16 +1,20 @@
-"""Exercises of notebook 04: attention (a stable softmax, masked scaled dot-product attention, heads).
+"""Exercises of notebook 04: attention (a stable softmax, masked attention, causal and ALiBi variants, heads).
 
 The learner writes a numerically stable softmax, scaled dot-product attention with a boolean key-padding
-mask that stays finite in float16, the two reshapes that split a hidden vector into heads and merge them
-back, and BERT's multi-head self-attention from the weights of a bertlib layer. The references are
-torch.softmax, bertlib.attention.eager_attention with bertlib.attention.padding_mask, and bertlib's
-MultiHeadSelfAttention (Vaswani et al. 2017, eq. 1 and section 3.2.2).
+mask that stays finite in float16, two variants of it that notebook 04 does not build (causal attention, as
+in GPT, on batches padded on the right or on the left; and ALiBi, Press et al. 2022, in its symmetric
+encoder form -m_h·|i - j| as in MosaicBERT), and BERT's multi-head self-attention from the weights of a
+bertlib layer. The references are torch.softmax, bertlib.attention.eager_attention with
+bertlib.attention.padding_mask, the same computation with the causal mask or the ALiBi bias added, and
+bertlib's MultiHeadSelfAttention (Vaswani et al. 2017, eq. 1 and section 3.2.2).
 
-Conventions accepted: any precision of computation; a sequence whose keys are all padding may return any
-finite output (uniform weights, the mask dropped, zeros); the outputs at padded query positions are never
-read by BERT, so any finite value is accepted there too. Everything else is compared with the reference.
+Conventions accepted: any precision of computation; a query row with no key to attend to (a sequence whose
+keys are all padding; with a causal mask and left padding, a padded query before the first real token) may
+return any finite output (uniform weights, the mask dropped, zeros); the outputs at padded query positions
+are never read, so any finite value is accepted there too. Everything else is compared with the reference.
 
-Leaves out: dropout on the attention weights (the checks run the layer in eval mode) and causal masks.
+Leaves out: dropout on the attention weights (the checks run the layer in eval mode), ALiBi's slopes for a
+number of heads that is not a power of 2, and key/value caches.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import torch
 from bertlib.attention import MultiHeadSelfAttention, eager_attention, padding_mask
 from bertlib.config import BertConfig
 
-from . import Fail, call, describe, diagnose, exercise, expect_close, expect_equal
+from . import Fail, call, describe, diagnose, exercise, expect_close
 
 Mistakes = list[tuple[str, Callable[[], Any]]]
 
@@ -211,10 +215,11 @@ def _call_attention(case: str, solution, q: torch.Tensor, k: torch.Tensor, v: to
         raise
 
 
-def _check_attention_case(case: str, solution, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                          mask: torch.Tensor, atol: float = 1e-5, rtol: float = 1e-4) -> None:
-    """Finite everywhere; equal to the reference at every real query of a sequence with a real key."""
-    expected = eager_attention(q.float(), k.float(), v.float(), padding_mask(mask))[0]
+def _check_masked_case(case: str, solution, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+                       expected: torch.Tensor, mistakes: Mistakes, hint_if_unknown: str, *,
+                       padded_query_hint: str | None = None, no_key_hint: str = "", atol: float = 1e-5,
+                       rtol: float = 1e-4) -> None:
+    """Finite everywhere; equal to `expected` at every real query of a sequence with a real key."""
     got = _tensor_of_shape(case, _call_attention(case, solution, q, k, v, mask), tuple(q.shape),
                            "the output has the shape of q: (batch, heads, seq, head_dim)")
     compared = (mask & mask.any(-1, keepdim=True))[:, None, :, None]  # (batch, 1, seq, 1)
@@ -222,26 +227,34 @@ def _check_attention_case(case: str, solution, q: torch.Tensor, k: torch.Tensor,
     def only_compared(output: torch.Tensor) -> torch.Tensor:
         return torch.where(compared, output.double(), 0.0)
 
-    mistakes = _attention_mistakes(q, k, v, mask)
+    finite = torch.isfinite(got)
+    compared_got = torch.where(compared, got.to(expected.dtype), expected)
+    if finite.all() and torch.allclose(compared_got.double(), expected.double(), atol=atol, rtol=rtol):
+        return  # right: the wrong answers need not be computed
     hint = _name_mistake(got, expected, mistakes) or _name_mistake(
         only_compared(got), only_compared(expected),
         [(hint, lambda wrong=wrong: only_compared(wrong())) for hint, wrong in mistakes])
-    finite = torch.isfinite(got)
     if not finite.all():
         position = tuple(torch.nonzero(~finite)[0].tolist())
         batch, _, query, _ = position
         if not mask[batch].any():
-            where, fallback = f"in sequence {batch}, whose keys are all padding", ALL_PADDING_HINT
+            where, fallback = f"in sequence {batch}, whose keys are all padding", no_key_hint or ALL_PADDING_HINT
         elif not mask[batch, query]:
-            where, fallback = f"at a padded query of sequence {batch}", ATTENTION_HINT
+            where, fallback = f"at a padded query of sequence {batch}", padded_query_hint or hint_if_unknown
         else:
-            where, fallback = f"at a real token of sequence {batch}", ATTENTION_HINT
+            where, fallback = f"at a real token of sequence {batch}", hint_if_unknown
         if q.dtype == torch.float16:
             fallback = FLOAT16_HINT
         raise Fail(case, f"non-finite value {got[position].item()} at position {position}, {where}; the output "
                          "must be finite everywhere", hint or fallback)
-    expect_close(case, expected, torch.where(compared, got.to(expected.dtype), expected), atol=atol, rtol=rtol,
-                 hint=hint or ATTENTION_HINT)
+    expect_close(case, expected, compared_got, atol=atol, rtol=rtol, hint=hint or hint_if_unknown)
+
+
+def _check_attention_case(case: str, solution, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                          mask: torch.Tensor, atol: float = 1e-5, rtol: float = 1e-4) -> None:
+    expected = eager_attention(q.float(), k.float(), v.float(), padding_mask(mask))[0]
+    _check_masked_case(case, solution, q, k, v, mask, expected, _attention_mistakes(q, k, v, mask), ATTENTION_HINT,
+                       atol=atol, rtol=rtol)
 
 
 @exercise("04.attention", "Scaled dot-product attention with a key-padding mask, finite in float16",
@@ -265,22 +278,261 @@ def check_attention(solution, rng: np.random.Generator) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# 04.split_heads, 04.merge_heads
+# Masks and biases beyond padding: the shared reference
 # --------------------------------------------------------------------------------------------------
 
-SPLIT_HINT = ("(batch, seq, hidden) -> view(batch, seq, heads, head_dim) -> transpose(1, 2) = (batch, heads, seq, "
-              "head_dim), with head_dim = hidden // num_heads")
+
+def _attend_allowed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, *,
+                    bias: torch.Tensor | None = None, bias_scaled: bool = False, divisor: float | None = None,
+                    dim: int = -1, fill: float = float("-inf"), after_softmax: bool = False, guard: bool = True,
+                    additive: bool = False) -> torch.Tensor:
+    """softmax(Q Kᵀ / sqrt(d) + bias, blocked where `allowed` is False) V; the keywords choose one mistake.
+
+    `allowed` broadcasts to (batch, heads, seq_q, seq_k); with `guard` a row with no allowed key keeps every key
+    (finite, like bertlib's padding_mask). `bias` (heads, seq_q, seq_k) is added to the scaled scores, or to the
+    raw ones with `bias_scaled` (then divided by sqrt(d) with them).
+    """
+    scores = q @ k.transpose(-2, -1)  # (batch, heads, seq_q, seq_k)
+    if bias is not None and bias_scaled:
+        scores = scores + bias.to(scores.dtype)
+    scores = scores / (math.sqrt(q.shape[-1]) if divisor is None else divisor)
+    if bias is not None and not bias_scaled:
+        scores = scores + bias.to(scores.dtype)
+    if guard:
+        allowed = allowed | ~allowed.any(-1, keepdim=True)
+    if additive:  # the classic "(1 - mask) * -1e9", the constant in the scores' dtype
+        return (scores + (1 - allowed.to(q.dtype)) * torch.tensor(-1e9, dtype=q.dtype)).softmax(dim) @ v
+    if not after_softmax:
+        scores = scores.masked_fill(~allowed, fill)
+    weights = scores.softmax(dim)
+    if after_softmax:
+        weights = weights.masked_fill(~allowed, 0.0)
+    return weights @ v
+
+
+def _left_mask(lengths: list[int], seq_len: int) -> torch.Tensor:
+    """(batch, seq) bool, True at the LAST `length` positions of each row: padding on the left."""
+    return torch.arange(seq_len)[None, :] >= seq_len - torch.tensor(lengths)[:, None]
+
+
+def _triangle(seq_len: int, diagonal: int = 0) -> torch.Tensor:
+    """(seq, seq) bool, True where key j <= query i + diagonal: the causal mask for diagonal 0."""
+    return torch.ones(seq_len, seq_len, dtype=torch.bool).tril(diagonal)
+
+
+MASKED_AFTER_SOFTMAX_HINT = ("you zeroed the blocked keys' weights after the softmax, so the rows no longer sum to 1: "
+                             "set their scores to -inf before the softmax")
+
+# --------------------------------------------------------------------------------------------------
+# 04.causal_attention
+# --------------------------------------------------------------------------------------------------
+
+CAUSAL_HINT = ("causal attention: query i may attend to key j only if j <= i (itself and the past) AND key j is a "
+               "real token: allowed = torch.ones(seq, seq, dtype=torch.bool).tril() & key_padding_mask[:, None, None, "
+               ":]; the other scores at -inf before the softmax over the keys (dim=-1); a row with no allowed key "
+               "must still come out finite")
+FUTURE_HINT = ("your triangle points the wrong way: each query sees the keys AFTER it. Causal means j <= i: keep the "
+               "LOWER triangle, diagonal included (torch.tril); torch.triu keeps the future")
+PAST_BLOCKED_HINT = ("you blocked the past instead of the future: masked_fill takes the positions to BLOCK, so block "
+                     "j > i (~tril, or torch.triu(..., diagonal=1)), not the lower triangle")
+NO_SELF_HINT = ("a token must see itself: the causal mask is j <= i, diagonal included (tril with diagonal=0); "
+                "without the diagonal, query 0 has no key at all")
+NO_CAUSAL_HINT = ("the future is visible: query i must see only the keys j <= i; you applied the padding mask "
+                  "without the triangle")
+CAUSAL_ONLY_HINT = ("real tokens attend to the padding on their left: with left padding the triangle alone does not "
+                    "hide it (with right padding it happens to). A key must be in the past AND real: combine the "
+                    "triangle and key_padding_mask[:, None, None, :] with &")
+OR_HINT = ("you combined the two masks with OR: a key is allowed only if it is in the past (j <= i) AND a real "
+           "token; with | every real key, the future included, is visible")
+EMPTY_ROW_HINT = ("a query row with no allowed key has every score at -inf, and softmax computes 0/0 = NaN: with left "
+                  "padding, every padded query before the first real token (its past is all padding), and every "
+                  "row of a sequence that is all padding. Let such a row keep every key (allowed | "
+                  "~allowed.any(-1, keepdim=True)), or fill with torch.finfo(scores.dtype).min instead of -inf")
+
+
+def _causal_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """float32 causal attention with the key-padding mask, every row with no allowed key keeping every key."""
+    allowed = _triangle(q.shape[-2]) & mask[:, None, None, :]  # (batch, 1, seq_q, seq_k)
+    return _attend_allowed(q.float(), k.float(), v.float(), allowed)
+
+
+def _causal_mistakes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> Mistakes:
+    seq_len = q.shape[-2]
+    keys, queries = mask[:, None, None, :], mask[:, None, :, None]
+    causal = _triangle(seq_len)
+
+    def attend(allowed: torch.Tensor, **mistake: Any) -> Callable[[], torch.Tensor]:
+        return lambda: _attend_allowed(q, k, v, allowed, **mistake)
+
+    return [
+        (FLOAT16_HINT, attend(causal & keys, additive=True)),
+        (FUTURE_HINT, attend(causal.T & keys)),
+        (PAST_BLOCKED_HINT, attend(~causal & keys)),
+        (PAST_BLOCKED_HINT, attend(~causal & keys, guard=False)),
+        (NO_SELF_HINT, attend(_triangle(seq_len, -1) & keys)),
+        (NO_SELF_HINT, attend(_triangle(seq_len, -1) & keys, guard=False)),
+        (NO_CAUSAL_HINT, attend(keys)),
+        (OR_HINT, attend(causal | keys)),
+        (CAUSAL_ONLY_HINT, attend(causal.expand_as(causal & keys))),
+        (CAUSAL_ONLY_HINT, attend(causal & queries)),
+        (EMPTY_ROW_HINT, attend(causal & keys, guard=False)),
+        (QUERY_AXIS_HINT, attend(causal & keys, dim=-2)),
+        (QUERY_AXIS_HINT, attend(causal & keys, dim=-2, fill=-1e4)),
+        (MASKED_AFTER_SOFTMAX_HINT, attend(causal & keys, after_softmax=True)),
+        (NO_SCALE_HINT, attend(causal & keys, divisor=1.0)),
+    ]
+
+
+def _check_causal_case(case: str, solution, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+                       atol: float = 1e-5, rtol: float = 1e-4) -> None:
+    _check_masked_case(case, solution, q, k, v, mask, _causal_reference(q, k, v, mask),
+                       _causal_mistakes(q, k, v, mask), CAUSAL_HINT, padded_query_hint=EMPTY_ROW_HINT,
+                       no_key_hint=EMPTY_ROW_HINT, atol=atol, rtol=rtol)
+
+
+@exercise("04.causal_attention", "Causal (GPT) attention with a key-padding mask, padded on either side",
+          "f(q, k, v, key_padding_mask) -> Tensor  q, k, v (batch, heads, seq, head_dim); key_padding_mask "
+          "(batch, seq) bool, True = real token, padding on the right or on the left; query i sees the real keys "
+          "j <= i; returns (batch, heads, seq, head_dim)")
+def check_causal_attention(solution, rng: np.random.Generator) -> None:
+    """Right padding, left padding, length 1, an all-padding sequence, then float16 left-padded."""
+    def qkv(shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
+        return [_normal(rng, shape, dtype=dtype) for _ in range(3)]
+
+    _check_causal_case("float32, right padding: 3 sequences of 6 positions with 6, 4 and 1 real tokens, 2 heads, "
+                       "head_dim 16", solution, *qkv((3, 2, 6, 16)), _key_mask([6, 4, 1], 6))
+    _check_causal_case("float32, left padding (the real tokens at the end, as in a GPT batch for generation): 3 "
+                       "sequences of 7 positions with 7, 4 and 2 real tokens, 2 heads, head_dim 8; a padded query "
+                       "before the first real token sees no allowed key (any finite output is accepted there)",
+                       solution, *qkv((3, 2, 7, 8)), _left_mask([7, 4, 2], 7))
+    _check_causal_case("float32, length 1: 2 sequences of one token, 3 heads, head_dim 8", solution,
+                       *qkv((2, 3, 1, 8)), _key_mask([1, 1], 1))
+    _check_causal_case("float32, 2 sequences of 5 positions: sequence 0 is all padding (any finite output is "
+                       "accepted), sequence 1 has 3 real tokens", solution, *qkv((2, 2, 5, 8)), _key_mask([0, 3], 5))
+    _check_causal_case("float16, left padding: 3 sequences of 6 positions with 6, 3 and 0 real tokens, 2 heads, "
+                       "head_dim 32", solution, *qkv((3, 2, 6, 32), torch.float16), _left_mask([6, 3, 0], 6),
+                       atol=2e-2, rtol=2e-2)
+
+
+# --------------------------------------------------------------------------------------------------
+# 04.alibi_attention
+# --------------------------------------------------------------------------------------------------
+
+ALIBI_HINT = ("ALiBi for an encoder: scores = Q Kᵀ / sqrt(d) - m_h·|i - j|, one slope per head, m_h = "
+              "2^(-8h/heads) for h = 1 .. heads (head 0 gets 2^(-8/heads)); padded keys at -inf; softmax over the "
+              "keys, then @ V")
+SLOPES_FROM_ZERO_HINT = ("the slopes start at h = 1: m_h = 2^(-8h/heads) for h = 1 .. heads, so head 0 has "
+                         "2^(-8/heads) (1/2 with 8 heads), not 2^0 = 1")
+SLOPES_NO_8_HINT = ("the slopes are 2^(-8h/heads), h = 1 .. heads: with 8 heads 1/2, 1/4, ..., 1/256. Your exponent "
+                    "lacks the 8")
+SLOPES_REVERSED_HINT = ("the slopes are in reverse order: head 0 has the steepest slope 2^(-8/heads), the last head "
+                        "the gentlest, 2^(-8)")
+ONE_SLOPE_HINT = ("every head has its own slope m_h = 2^(-8h/heads) (steep heads stay near, gentle ones look far): "
+                  "the bias has shape (heads, seq, seq), slopes[:, None, None] * distance")
+POSITIVE_BIAS_HINT = ("the bias has the wrong sign: it is a penalty, -m_h·|i - j|, so that far keys get LESS weight; "
+                      "yours gives them more")
+SIGNED_DISTANCE_HINT = ("the distance is |i - j|: an encoder looks both ways, and a key 3 tokens after the query is as "
+                        "far as one 3 tokens before. A signed i - j or j - i favours one side (softmax ignores what is "
+                        "the same along a row, so -m·(i - j) is +m·j: a bonus for the later keys)")
+CAUSAL_ALIBI_HINT = ("that is ALiBi for a causal language model (Press et al.: the future masked, -m·(i - j) on the "
+                     "past); this encoder sees both sides: no causal mask, -m·|i - j| for the keys before and after "
+                     "the query")
+BIAS_SCALED_HINT = ("you divided the bias by sqrt(d) as well: ALiBi adds -m·|i - j| to the SCALED scores, "
+                    "Q Kᵀ / sqrt(d) - m·|i - j|")
+ALIBI_NO_MASK_HINT = ("real tokens attend to padding: the bias does not replace the padding mask; the scores of "
+                      "padded keys still go to -inf")
+
+
+def _alibi_slopes(heads: int, *, start: int = 1, eight: float = 8.0) -> torch.Tensor:
+    """(heads,) float64: m_h = 2^(-8h/heads) for h = start .. start + heads - 1."""
+    return 2.0 ** (-eight * torch.arange(start, start + heads, dtype=torch.float64) / heads)
+
+
+def _alibi_bias(heads: int, seq_len: int, slopes: torch.Tensor | None = None, distance: str = "abs") -> torch.Tensor:
+    """(heads, seq, seq) float64: -m_h · distance(i, j), the query i on the rows and the key j on the columns."""
+    slopes = _alibi_slopes(heads) if slopes is None else slopes
+    i, j = torch.arange(seq_len, dtype=torch.float64)[:, None], torch.arange(seq_len, dtype=torch.float64)[None, :]
+    gap = {"abs": (i - j).abs(), "query-minus-key": i - j, "key-minus-query": j - i}[distance]  # (seq, seq)
+    return -slopes[:, None, None] * gap
+
+
+def _alibi_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    bias = _alibi_bias(q.shape[1], q.shape[-2])
+    return _attend_allowed(q.float(), k.float(), v.float(), mask[:, None, None, :], bias=bias)
+
+
+def _alibi_mistakes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> Mistakes:
+    heads, seq_len = q.shape[1], q.shape[-2]
+    keys = mask[:, None, None, :]
+
+    def attend(allowed: torch.Tensor = keys, slopes: torch.Tensor | None = None, distance: str = "abs",
+               **mistake: Any) -> Callable[[], torch.Tensor]:
+        return lambda: _attend_allowed(q, k, v, allowed, bias=_alibi_bias(heads, seq_len, slopes, distance), **mistake)
+
+    right = _alibi_slopes(heads)
+    return [
+        (FLOAT16_HINT, attend(additive=True)),
+        (SLOPES_FROM_ZERO_HINT, attend(slopes=_alibi_slopes(heads, start=0))),
+        (SLOPES_NO_8_HINT, attend(slopes=_alibi_slopes(heads, eight=1.0))),
+        (SLOPES_REVERSED_HINT, attend(slopes=right.flip(0))),
+        (ONE_SLOPE_HINT, attend(slopes=torch.ones(heads, dtype=torch.float64))),
+        (ONE_SLOPE_HINT, attend(slopes=right[:1].expand(heads))),
+        (POSITIVE_BIAS_HINT, attend(slopes=-right)),
+        (CAUSAL_ALIBI_HINT, attend(allowed=_triangle(seq_len) & keys, distance="query-minus-key")),
+        (SIGNED_DISTANCE_HINT, attend(distance="query-minus-key")),
+        (SIGNED_DISTANCE_HINT, attend(distance="key-minus-query")),
+        (BIAS_SCALED_HINT, attend(bias_scaled=True)),
+        (ALIBI_NO_MASK_HINT, attend(allowed=torch.ones_like(keys))),
+        (NO_SCALE_HINT, attend(divisor=1.0)),
+        (QUERIES_MASKED_HINT, attend(allowed=mask[:, None, :, None], fill=-1e4)),
+        (MASKED_AFTER_SOFTMAX_HINT, attend(after_softmax=True)),
+    ]
+
+
+def _check_alibi_case(case: str, solution, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+                      atol: float = 1e-5, rtol: float = 1e-4) -> None:
+    _check_masked_case(case, solution, q, k, v, mask, _alibi_reference(q, k, v, mask), _alibi_mistakes(q, k, v, mask),
+                       ALIBI_HINT, atol=atol, rtol=rtol)
+
+
+@exercise("04.alibi_attention", "Attention with linear biases (ALiBi) for an encoder: -m_h·|i - j| on the scores",
+          "f(q, k, v, key_padding_mask) -> Tensor  q, k, v (batch, heads, seq, head_dim), heads a power of 2; "
+          "key_padding_mask (batch, seq) bool, True = real token; softmax(QKᵀ/sqrt(d) - m_h·|i - j|) V with "
+          "m_h = 2^(-8h/heads), h = 1 .. heads; returns (batch, heads, seq, head_dim)")
+def check_alibi_attention(solution, rng: np.random.Generator) -> None:
+    """4 heads on a padded batch, 8 heads (slopes 1/2 .. 1/256), length 1, an all-padding sequence, float16."""
+    def qkv(shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
+        return [_normal(rng, shape, dtype=dtype) for _ in range(3)]
+
+    _check_alibi_case("float32, 3 sequences of 6 positions with 6, 4 and 1 real tokens, 4 heads (slopes 1/4, 1/16, "
+                      "1/64, 1/256), head_dim 16", solution, *qkv((3, 4, 6, 16)), _key_mask([6, 4, 1], 6))
+    _check_alibi_case("float32, 8 heads (slopes 1/2, 1/4, ..., 1/256): 2 sequences of 10 positions with 10 and 7 "
+                      "real tokens, head_dim 8", solution, *qkv((2, 8, 10, 8)), _key_mask([10, 7], 10))
+    _check_alibi_case("float32, length 1: 2 sequences of one token, 2 heads, head_dim 8", solution,
+                      *qkv((2, 2, 1, 8)), _key_mask([1, 1], 1))
+    _check_alibi_case("float32, 2 sequences of 5 positions: sequence 0 is all padding (any finite output is "
+                      "accepted), sequence 1 has 3 real tokens, 2 heads", solution, *qkv((2, 2, 5, 8)),
+                      _key_mask([0, 3], 5))
+    _check_alibi_case("float16, 3 sequences of 5 positions with 5, 2 and 0 real tokens, 4 heads, head_dim 32",
+                      solution, *qkv((3, 4, 5, 32), torch.float16), _key_mask([5, 2, 0], 5), atol=2e-2, rtol=2e-2)
+
+
+# --------------------------------------------------------------------------------------------------
+# 04.multi_head_attention
+# --------------------------------------------------------------------------------------------------
+
+MHA_HINT = ("qkv = layer.qkv(x) holds [Q | K | V] (each hidden wide): chunk(3, dim=-1), split each into "
+            "layer.num_heads heads, attention with the key-padding mask, merge the heads, then layer.out")
+NO_OUTPUT_PROJECTION_HINT = "you left out the output projection: the merged heads go through layer.out (W_O)"
+FUSED_SPLIT_HINT = ("the fused qkv output is [Q | K | V], each hidden wide, not [q k v] per head: chunk(3, dim=-1) "
+                    "first, then split each of Q, K, V into heads")
+
+
 SPLIT_PLAIN_VIEW_HINT = ("a plain .view(batch, heads, seq, head_dim) reinterprets the memory: each 'head' gets "
                          "whole token vectors of other tokens. View as (batch, seq, heads, head_dim) first, then "
                          "transpose(1, 2)")
-INTERLEAVED_SPLIT_HINT = ("head i got the columns i, i + heads, i + 2·heads ...: each head is a contiguous block of "
-                          "head_dim columns, so view(batch, seq, heads, head_dim), heads before head_dim")
-MERGE_HINT = ("(batch, heads, seq, head_dim) -> transpose(1, 2) -> reshape(batch, seq, heads * head_dim): head i "
-              "fills columns i·head_dim .. (i+1)·head_dim - 1")
 MERGE_NO_TRANSPOSE_HINT = ("you merged without transposing: reshape(batch, seq, hidden) of a (batch, heads, seq, "
                            "head_dim) tensor mixes tokens. transpose(1, 2) to (batch, seq, heads, head_dim) first")
-INTERLEAVED_MERGE_HINT = ("the heads are interleaved (head_dim before heads): head i must fill the block of columns "
-                          "i·head_dim .. (i+1)·head_dim - 1, so reshape from (batch, seq, heads, head_dim)")
 NOT_CONTIGUOUS_HINT = ("after transpose the tensor is not contiguous, so .view cannot merge its axes: use "
                        ".reshape(...) (or .contiguous().view(...))")
 
@@ -295,79 +547,14 @@ def _merge(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).reshape(batch, seq_len, heads * head_dim)  # (batch, seq, hidden)
 
 
-def _split_mistakes(x: torch.Tensor, heads: int) -> Mistakes:
-    batch, seq_len, hidden = x.shape
-    return [
-        (SPLIT_PLAIN_VIEW_HINT, lambda: x.reshape(batch, heads, seq_len, hidden // heads)),
-        (INTERLEAVED_SPLIT_HINT, lambda: x.reshape(batch, seq_len, hidden // heads, heads).permute(0, 3, 1, 2)),
-    ]
-
-
-def _merge_mistakes(x: torch.Tensor) -> Mistakes:
-    batch, heads, seq_len, head_dim = x.shape
-    return [
-        (MERGE_NO_TRANSPOSE_HINT, lambda: x.reshape(batch, seq_len, heads * head_dim)),
-        (INTERLEAVED_MERGE_HINT, lambda: x.permute(0, 2, 3, 1).reshape(batch, seq_len, heads * head_dim)),
-    ]
-
-
 def _call_reshape(case: str, solution, *args: Any) -> Any:
-    """Call the learner's reshape; .view on a transposed tensor becomes a named mistake."""
+    """Call the learner's code; .view on a transposed tensor becomes a named mistake."""
     try:
         return call(solution, *args)
     except RuntimeError as error:
         if "view size is not compatible" in str(error):
             raise Fail(case, f"your code raised RuntimeError: {error}", NOT_CONTIGUOUS_HINT) from None
         raise
-
-
-def _numbered(*shape: int) -> torch.Tensor:
-    """0, 1, 2 ... in the given shape: a wrong reshape shows up as a wrong number at a position."""
-    return torch.arange(math.prod(shape), dtype=torch.float32).reshape(shape)
-
-
-@exercise("04.split_heads", "Split the hidden vector into heads",
-          "f(x: Tensor (batch, seq, hidden), num_heads: int) -> Tensor (batch, heads, seq, head_dim)")
-def check_split_heads(solution, rng: np.random.Generator) -> None:
-    """Numbered tensors of several shapes (so a moved value shows), one head, one token."""
-    shapes = [(2, 5, 12, 3), (3, 4, 24, 6), (1, 1, 8, 2), (2, 3, 16, 1)]
-    shapes.insert(int(rng.integers(len(shapes) + 1)), (int(rng.integers(1, 4)), int(rng.integers(2, 7)), 20, 4))
-    for batch, seq_len, hidden, heads in shapes:
-        x = _numbered(batch, seq_len, hidden)
-        case = f"x = arange reshaped to (batch {batch}, seq {seq_len}, hidden {hidden}), num_heads {heads}"
-        expected = _split(x, heads)
-        got = _tensor_of_shape(case, _call_reshape(case, solution, x.clone(), heads), tuple(expected.shape),
-                               SPLIT_HINT)
-        expect_equal(case, expected, got, _name_mistake(got, expected, _split_mistakes(x, heads)) or SPLIT_HINT)
-
-
-@exercise("04.merge_heads", "Merge the heads back into one hidden vector",
-          "f(x: Tensor (batch, heads, seq, head_dim)) -> Tensor (batch, seq, heads * head_dim)")
-def check_merge_heads(solution, rng: np.random.Generator) -> None:
-    """Numbered tensors, a transposed (non-contiguous) input as attention produces it, and the round trip."""
-    shapes = [(2, 3, 5, 4), (3, 6, 4, 4), (1, 2, 1, 4), (2, 1, 3, 16)]
-    shapes.insert(int(rng.integers(len(shapes) + 1)), (int(rng.integers(1, 4)), 4, int(rng.integers(2, 7)), 5))
-    for batch, heads, seq_len, head_dim in shapes:
-        x = _numbered(batch, heads, seq_len, head_dim)
-        case = f"x = arange reshaped to (batch {batch}, heads {heads}, seq {seq_len}, head_dim {head_dim})"
-        expected = _merge(x)
-        got = _tensor_of_shape(case, _call_reshape(case, solution, x.clone()), tuple(expected.shape), MERGE_HINT)
-        expect_equal(case, expected, got, _name_mistake(got, expected, _merge_mistakes(x)) or MERGE_HINT)
-    x = _normal(rng, (2, 5, 12))
-    case = "the round trip merge(split(x, 3)) == x, x (2, 5, 12) random; split(x) is a transposed, non-contiguous view"
-    got = _tensor_of_shape(case, _call_reshape(case, solution, _split(x, 3)), tuple(x.shape), MERGE_HINT)
-    expect_equal(case, x, got, _name_mistake(got, x, _merge_mistakes(_split(x, 3))) or MERGE_HINT)
-
-
-# --------------------------------------------------------------------------------------------------
-# 04.multi_head_attention
-# --------------------------------------------------------------------------------------------------
-
-MHA_HINT = ("qkv = layer.qkv(x) holds [Q | K | V] (each hidden wide): chunk(3, dim=-1), split each into "
-            "layer.num_heads heads, attention with the key-padding mask, merge the heads, then layer.out")
-NO_OUTPUT_PROJECTION_HINT = "you left out the output projection: the merged heads go through layer.out (W_O)"
-FUSED_SPLIT_HINT = ("the fused qkv output is [Q | K | V], each hidden wide, not [q k v] per head: chunk(3, dim=-1) "
-                    "first, then split each of Q, K, V into heads")
 
 
 def _multi_head(layer: MultiHeadSelfAttention, x: torch.Tensor, mask: torch.Tensor, *, split: str = "right",

@@ -121,96 +121,138 @@ def test_input_layout_failure_shows_both_lists():
 
 
 # --------------------------------------------------------------------------------------------------
-# 00.input_embeddings
+# 00.sense_gap
 # --------------------------------------------------------------------------------------------------
 
 
-def input_embeddings(input_ids, token_type_ids, embeddings, *, token=True, segment="lookup", position="arange",
-                     norm="module", eps=None):
-    """LayerNorm(E_token[ids] + E_segment[types] + E_position[0 .. seq-1]); each keyword can make one mistake."""
-    seq_len = input_ids.shape[1]
-    parts = []
-    if token:
-        parts.append(embeddings.token.weight[input_ids])  # (batch, seq, hidden)
-    if segment == "lookup":
-        parts.append(embeddings.segment.weight[token_type_ids])  # (batch, seq, hidden)
-    elif segment == "zero":
-        parts.append(embeddings.segment.weight[0])  # (hidden,)
-    if position == "arange":
-        parts.append(embeddings.position.weight[torch.arange(seq_len)])  # (seq, hidden)
-    elif position == "from-one":
-        parts.append(embeddings.position.weight[1: seq_len + 1])
-    elif position == "by-token-id":
-        parts.append(embeddings.position.weight[input_ids])
-    hidden_size = embeddings.norm.weight.shape[0]
-    weight, bias = embeddings.norm.weight, embeddings.norm.bias
-    if norm == "each":
-        return sum(F.layer_norm(part, (hidden_size,), weight, bias, embeddings.norm.eps) for part in parts)
-    summed = sum(parts)
-    if norm == "module":
-        return embeddings.norm(summed)
-    if norm == "plain":
-        return F.layer_norm(summed, (hidden_size,), eps=embeddings.norm.eps)
-    if norm == "eps":
-        return F.layer_norm(summed, (hidden_size,), weight, bias, eps)
-    if norm == "seq-and-hidden":
-        return F.layer_norm(summed, summed.shape[-2:], eps=embeddings.norm.eps) * weight + bias
-    return summed
+def sense_gap(vectors, senses):
+    """Mean cosine of the same-sense pairs i != j minus the mean cosine of the different-sense pairs."""
+    unit = F.normalize(vectors, dim=-1)  # (n, hidden)
+    similarity = unit @ unit.T  # (n, n)
+    labels = torch.tensor(senses)
+    same = labels[:, None] == labels[None, :]
+    same_pairs = same & ~torch.eye(len(senses), dtype=torch.bool)
+    return (similarity[same_pairs].mean() - similarity[~same].mean()).item()
 
 
-def input_embeddings_with_modules(input_ids, token_type_ids, embeddings):
-    """Another right answer: the nn.Embedding modules called on ids, positions as (1, seq), in float64."""
-    positions = torch.arange(input_ids.shape[1]).unsqueeze(0)  # (1, seq)
-    summed = embeddings.token(input_ids) + embeddings.segment(token_type_ids) + embeddings.position(positions)
-    norm = embeddings.norm
-    return F.layer_norm(summed.double(), norm.normalized_shape, norm.weight.double(), norm.bias.double(), norm.eps)
+def sense_gap_by_loops(vectors, senses):
+    """Another right answer: every unordered pair once, F.cosine_similarity, plain Python lists."""
+    same, different = [], []
+    for i in range(len(senses)):
+        for j in range(i + 1, len(senses)):
+            cosine = F.cosine_similarity(vectors[i], vectors[j], dim=0).item()
+            (same if senses[i] == senses[j] else different).append(cosine)
+    return sum(same) / len(same) - sum(different) / len(different)
 
 
-def input_embeddings_by_hand_norm(input_ids, token_type_ids, embeddings):
-    """Another right answer: LayerNorm written out with the biased variance."""
-    x = (embeddings.token.weight[input_ids] + embeddings.segment.weight[token_type_ids]
-         + embeddings.position.weight[: input_ids.shape[1]])  # (batch, seq, hidden)
-    mean, variance = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
-    return embeddings.norm.weight * (x - mean) / torch.sqrt(variance + embeddings.norm.eps) + embeddings.norm.bias
+def sense_gap_numpy(vectors, senses):
+    """Another right answer: NumPy in float64, returned as a 0-d array."""
+    x = vectors.numpy().astype(np.float64)
+    unit = x / np.linalg.norm(x, axis=1, keepdims=True)
+    similarity = unit @ unit.T
+    labels = np.array(senses)
+    same = labels[:, None] == labels[None, :]
+    return np.array(similarity[same & ~np.eye(len(labels), dtype=bool)].mean() - similarity[~same].mean())
 
 
-@pytest.mark.parametrize("solution", [input_embeddings, input_embeddings_with_modules, input_embeddings_by_hand_norm],
-                         ids=["table-lookups", "modules-float64", "layer-norm-by-hand"])
-def test_input_embeddings_right_answers_pass(solution):
+@pytest.mark.parametrize("solution", [sense_gap, sense_gap_by_loops, sense_gap_numpy],
+                         ids=["masks", "loops-each-pair-once", "numpy-0d-array"])
+def test_sense_gap_right_answers_pass(solution):
     for seed in SEEDS:
-        exercises.check("00.input_embeddings", solution, strict=True, seed=seed)
+        exercises.check("00.sense_gap", solution, strict=True, seed=seed)
 
 
-EMBEDDING_MISTAKES = {
-    "no-positions": (dict(position=None), "left out the position embeddings"),
-    "no-segments": (dict(segment=None), "left out the segment embeddings"),
-    "segment-zero-everywhere": (dict(segment="zero"), "segment 0's vector to every token"),
-    "no-layer-norm": (dict(norm=None), "left out the LayerNorm after the sum"),
-    "positions-from-one": (dict(position="from-one"), "the positions start at 0"),
-    "positions-by-token-id": (dict(position="by-token-id"), "looked the positions up with the token ids"),
-    "norm-each-embedding": (dict(norm="each"), "not each embedding separately"),
-    "norm-without-weight-and-bias": (dict(norm="plain"), "learned weight and bias"),
-    "eps-hard-coded-1e-5": (dict(norm="eps", eps=1e-5), "the LayerNorm's own eps"),
-    "eps-hard-coded-1e-12": (dict(norm="eps", eps=1e-12), "the LayerNorm's own eps"),
-    "norm-over-seq-and-hidden": (dict(norm="seq-and-hidden"), "over the hidden axis only"),
+def gap_with(*, similarity=None, same=None, different=None, sign=1):
+    """A wrong gap: `similarity(vectors)`, `same(labels)`, `different(labels)` (bool (n, n)) replace the right ones."""
+    def solution(vectors, senses):
+        labels = torch.tensor(senses)
+        equal = labels[:, None] == labels[None, :]
+        unit = F.normalize(vectors, dim=-1)
+        matrix = similarity(vectors) if similarity else unit @ unit.T
+        same_mask = same(labels) if same else equal & ~torch.eye(len(senses), dtype=torch.bool)
+        different_mask = different(labels) if different else ~equal
+        return sign * (matrix[same_mask].mean() - matrix[different_mask].mean()).item()
+
+    return solution
+
+
+def equal_labels(labels):
+    return labels[:, None] == labels[None, :]
+
+
+def not_self(labels):
+    return ~torch.eye(len(labels), dtype=torch.bool)
+
+
+def zero_or_not(labels):
+    """Two senses assumed: 0 and everything else."""
+    return equal_labels(labels != 0)
+
+
+def per_sense_gap(vectors, senses):
+    """Sense by sense: the mean of each sense's mean over its pairs (a sense seen once has none)."""
+    labels = torch.tensor(senses)
+    unit = F.normalize(vectors, dim=-1)
+    similarity = unit @ unit.T
+    within = []
+    for sense in labels.unique():
+        members = similarity[labels == sense][:, labels == sense]
+        if len(members) > 1:
+            within.append(members[~torch.eye(len(members), dtype=torch.bool)].mean())
+    return (torch.stack(within).mean() - similarity[~equal_labels(labels)].mean()).item()
+
+
+def notebook_formula(vectors, senses):
+    """The walk-through's arithmetic for its four sentences, copied onto any input."""
+    unit = F.normalize(vectors, dim=-1)
+    similarity = unit @ unit.T
+    return ((similarity[0, 1] + similarity[2, 3]) / 2 - similarity[:2, 2:].mean()).item()
+
+
+def normalises_in_place(vectors, senses):
+    vectors /= vectors.norm(dim=-1, keepdim=True)
+    return sense_gap(vectors, senses)
+
+
+GAP_MISTAKES = {
+    "self-pairs-included": (gap_with(same=equal_labels), "with itself"),
+    "upper-triangle-with-diagonal": (gap_with(same=lambda labels: torch.triu(equal_labels(labels)),
+                                              different=lambda labels: torch.triu(~equal_labels(labels))),
+                                     "with itself"),
+    "dot-products": (gap_with(similarity=lambda v: v @ v.T), "you used dot products"),
+    "normalised-columns": (gap_with(similarity=lambda v: F.normalize(v, dim=0) @ F.normalize(v, dim=0).T),
+                           "normalised each feature"),
+    "different-minus-same": (gap_with(sign=-1), "the other way round"),
+    "all-pairs-as-baseline": (gap_with(different=not_self), "DIFFERENT senses only"),
+    "mean-of-per-sense-means": (per_sense_gap, "not sense by sense"),
+    "the-notebook-formula": (notebook_formula, "the notebook's formula"),
+    "sense-zero-against-the-rest": (gap_with(same=lambda labels: zero_or_not(labels) & not_self(labels),
+                                             different=lambda labels: ~zero_or_not(labels)), "more than two senses"),
+    "nan-from-an-empty-mask": (gap_with(different=lambda labels: torch.zeros_like(not_self(labels))),
+                               "your gap is NaN"),
+    "euclidean-distance": (gap_with(similarity=lambda v: torch.cdist(v, v)), "Euclidean distances"),
+    "normalised-in-place": (normalises_in_place, "changed the caller's vectors"),
+    "a-list-of-two-means": (lambda v, s: [0.5, 0.1], "return the gap as one number"),
 }
 
 
-@pytest.mark.parametrize("mistake", EMBEDDING_MISTAKES.values(), ids=EMBEDDING_MISTAKES.keys())
-def test_input_embeddings_mistakes_are_named(mistake):
-    keywords, hint = mistake
-    result = exercises.check("00.input_embeddings", lambda *args: input_embeddings(*args, **keywords))
+@pytest.mark.parametrize("mistake", GAP_MISTAKES.values(), ids=GAP_MISTAKES.keys())
+def test_sense_gap_mistakes_are_named(mistake):
+    solution, hint = mistake
+    result = exercises.check("00.sense_gap", solution)
     assert not result.passed and hint in result.message, result.message
 
 
-def test_calling_the_module_itself_is_refused():
-    result = exercises.check("00.input_embeddings", lambda ids, types, embeddings: embeddings(ids, types))
-    assert not result.passed and "called embeddings(...)" in result.message and "a padded batch" in result.message
+def test_the_notebook_formula_passes_the_notebooks_own_layout_and_fails_the_next():
+    result = exercises.check("00.sense_gap", notebook_formula)
+    assert "six vectors, the senses interleaved" in result.message, result.message
 
 
-def test_input_embeddings_without_the_batch_axis_is_a_shape_error():
-    result = exercises.check("00.input_embeddings", lambda ids, types, e: input_embeddings(ids, types, e)[0])
-    assert not result.passed and "expected shape (2, 10, 16)" in result.message, result.message
+def test_sense_gap_of_the_notebooks_four_vectors_is_its_hand_computed_gap():
+    vectors = torch.randn(4, 8, generator=torch.Generator().manual_seed(0))
+    similarity = F.normalize(vectors, dim=-1) @ F.normalize(vectors, dim=-1).T
+    by_hand = ((similarity[0, 1] + similarity[2, 3]) / 2 - similarity[:2, 2:].mean()).item()
+    assert sense_gap(vectors, [0, 0, 1, 1]) == pytest.approx(by_hand, abs=1e-6)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -284,7 +326,7 @@ def ellipsis_body(*args): ...
 
 A_WRONG_ANSWER = {
     "00.input_layout": LAYOUT_MISTAKES["sep-of-a-in-segment-1"][0],
-    "00.input_embeddings": lambda *args: input_embeddings(*args, position="from-one"),
+    "00.sense_gap": GAP_MISTAKES["self-pairs-included"][0],
     "00.embedding_params": PARAM_MISTAKES["two-segment-types"][0],
 }
 

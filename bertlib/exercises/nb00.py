@@ -1,20 +1,26 @@
-"""Exercises of notebook 00: BERT's input (the [CLS] A [SEP] B [SEP] layout, the embedding sum, its size).
+"""Exercises of notebook 00: BERT's input (the [CLS] A [SEP] B [SEP] layout, the embeddings' size) and what
+context does to a word's vector.
 
-The learner lays out one or two segments of word pieces as BERT reads them, with their segment ids; sums
-the token, segment and position embeddings and normalises them, from the tables of a BertEmbeddings; and
-counts the parameters of that embedding layer from a BertConfig. The references are bertlib's own:
-WordPieceTokenizer.build_inputs, BertEmbeddings.forward (in eval mode) and the parameters of a
-BertEmbeddings built on the meta device (Devlin et al. 2019, section 3 and figure 2).
+The learner lays out one or two segments of word pieces as BERT reads them, with their segment ids; measures
+how far context pulls the senses of a word apart (the mean cosine similarity of the same-sense pairs of
+vectors minus that of the different-sense pairs, the number notebook 00 computes by hand for its four
+sentences about a bank); and counts the parameters of BERT's embedding layer from a BertConfig. The
+references are bertlib's WordPieceTokenizer.build_inputs, the gap's definition written out here (pooled over
+pairs, torch.nn.functional.normalize for the cosine), and the parameters of a BertEmbeddings built on the
+meta device (Devlin et al. 2019, section 3 and figure 2).
 
 Conventions accepted: the tokens and segment ids as lists or tuples (segment ids also as a 1-D tensor or
-array); the embeddings computed in any precision.
+array); the gap as any real number or a one-element tensor or array, computed in any precision, each pair
+counted once or twice (the means are the same).
 
-Leaves out: truncation and padding to a fixed length (notebook 02), dropout (the reference runs in eval mode).
+Leaves out: truncation and padding to a fixed length (notebook 02); the token + segment + position sum, which
+notebook 03 builds and its exercise 03.embed asks for.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import numbers
 from collections.abc import Callable
 from typing import Any
@@ -27,7 +33,7 @@ from bertlib.config import BertConfig
 from bertlib.embeddings import BertEmbeddings
 from bertlib.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
 
-from . import Fail, call, describe, diagnose, exercise, expect_close, expect_equal
+from . import Fail, call, describe, diagnose, exercise, expect_equal
 
 Mistakes = list[tuple[str, Callable[[], Any]]]
 
@@ -155,120 +161,134 @@ def check_input_layout(solution, rng: np.random.Generator) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# 00.input_embeddings
+# 00.sense_gap
 # --------------------------------------------------------------------------------------------------
 
-EMBEDDINGS_HINT = ("x_i = LayerNorm(E_token[w_i] + E_segment[s_i] + E_position[i]) with positions 0 .. seq-1 and "
-                   "the module's LayerNorm (its weight, bias and eps)")
-CALLED_HINT = ("build the sum from the tables (embeddings.token.weight, .segment.weight, .position.weight) and "
-               "embeddings.norm; calling embeddings(...) itself is what this exercise replaces")
+GAP_HINT = ("the mean cosine similarity over the pairs i != j whose senses are equal, minus the mean over the pairs "
+            "whose senses differ")
+SELF_PAIRS_HINT = ("you counted each vector with itself (similarity 1) among the same-sense pairs: only pairs i != j "
+                   "count; leave out the diagonal of the similarity matrix")
+DOT_HINT = ("you used dot products: cosine similarity divides by both vectors' lengths (F.normalize each row, or "
+            "F.cosine_similarity), and the check's vectors have very different lengths")
+COLUMNS_HINT = "you normalised each feature, a column (dim=0): normalise each vector, its row (dim=-1)"
+SIGN_HINT = "the gap is same-sense minus different-sense: yours is the other way round"
+ALL_PAIRS_HINT = "the second mean is over the pairs of DIFFERENT senses only, not over all pairs"
+PER_SENSE_HINT = ("average over all the same-sense pairs at once (one mean over the pairs), not sense by sense: "
+                  "a sense seen three times has three pairs, one seen twice has one")
+NOTEBOOK_FORMULA_HINT = ("that is the notebook's formula for its four sentences, senses [0, 0, 1, 1]: for any "
+                         "senses, compare senses[i] == senses[j] for every pair i != j")
+BINARY_HINT = ("there can be more than two senses, with any labels: two vectors share a sense when their labels are "
+               "equal (senses[i] == senses[j]), not when both are 0 or both are not")
+DISTANCE_HINT = "you measured Euclidean distances: the gap is about cosine similarity"
+GAP_MUTATED_HINT = ("you changed the caller's vectors in place (vectors /= ..., or an in-place method): normalise "
+                    "into a new tensor")
 
 
-class _TablesOnly(BertEmbeddings):
-    """BertEmbeddings whose forward refuses: the learner reads its tables and its norm, and writes the sum."""
-
-    case = "the embeddings module"  # the checker sets the case it is used in
-
-    def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-        raise Fail(self.case, "your code called embeddings(...)", CALLED_HINT)
+def _gap(similarity: torch.Tensor, same: torch.Tensor, different: torch.Tensor) -> float:
+    return (similarity[same].mean() - similarity[different].mean()).item()
 
 
-def _embeddings_mistakes(ids: torch.Tensor, types: torch.Tensor, module: BertEmbeddings) -> Mistakes:
-    token, segment = module.token.weight[ids], module.segment.weight[types]  # (batch, seq, hidden) each
-    positions = module.position.weight[: ids.shape[1]]  # (seq, hidden), broadcast over the batch
-    norm, eps = module.norm, module.norm.eps
-    hidden = token.shape[-1]
+def _reference_gap(vectors: torch.Tensor, senses: list[int]) -> float:
+    """Pooled over pairs: mean cosine of the same-sense pairs i != j, minus the mean of the different-sense pairs."""
+    unit = F.normalize(vectors.double(), dim=-1)  # (n, hidden): each row of length 1
+    labels = torch.tensor(senses)
+    same = labels[:, None] == labels[None, :]  # (n, n)
+    off_diagonal = ~torch.eye(len(senses), dtype=torch.bool)
+    return _gap(unit @ unit.T, same & off_diagonal, ~same)
 
-    def normed(x: torch.Tensor, eps: float = eps) -> torch.Tensor:
-        return F.layer_norm(x, (hidden,), norm.weight, norm.bias, eps)
 
+def _gap_mistakes(vectors: torch.Tensor, senses: list[int]) -> Mistakes:
+    """Each wrong gap a learner plausibly computes, as (hint, thunk giving its float)."""
+    x = vectors.double()
+    unit = F.normalize(x, dim=-1)
+    cosine = unit @ unit.T
+    labels = torch.tensor(senses)
+    same = labels[:, None] == labels[None, :]
+    off_diagonal = ~torch.eye(len(senses), dtype=torch.bool)
+
+    def per_sense() -> float:
+        within = [cosine[labels == s][:, labels == s][~torch.eye(int((labels == s).sum()), dtype=torch.bool)].mean()
+                  for s in labels.unique() if (labels == s).sum() > 1]
+        return (torch.stack(within).mean() - cosine[~same].mean()).item()
+
+    def notebook_formula() -> float:
+        return ((cosine[0, 1] + cosine[2, 3]) / 2 - cosine[:2, 2:].mean()).item()
+
+    binary = (labels != 0)[:, None] == (labels != 0)[None, :]
     return [
-        ("you left out the position embeddings: add E_position[i] for i = 0 .. seq-1", lambda: normed(token + segment)),
-        ("you left out the segment embeddings: add E_segment[token_type_ids]", lambda: normed(token + positions)),
-        ("you added segment 0's vector to every token: look up E_segment[token_type_ids]",
-         lambda: normed(token + module.segment.weight[0] + positions)),
-        ("you left out the LayerNorm after the sum: x = LayerNorm(token + segment + position)",
-         lambda: token + segment + positions),
-        ("the positions start at 0: E_position[0] is the first token's ([CLS]'s)",
-         lambda: normed(token + segment + module.position.weight[1: ids.shape[1] + 1])),
-        ("you looked the positions up with the token ids: E_position[i], i = 0 .. seq-1 (torch.arange(seq))",
-         lambda: normed(token + segment + module.position.weight[ids])),
-        ("normalise the SUM once, not each embedding separately: LayerNorm(token + segment + position)",
-         lambda: normed(token) + normed(segment) + normed(positions)),
-        ("you left out the LayerNorm's learned weight and bias: use embeddings.norm (or F.layer_norm with them)",
-         lambda: F.layer_norm(token + segment + positions, (hidden,), eps=eps)),
-        ("use the LayerNorm's own eps (embeddings.norm.eps, config.layer_norm_eps), not a number of your own",
-         lambda: normed(token + segment + positions, 1e-5)),
-        ("use the LayerNorm's own eps (embeddings.norm.eps, config.layer_norm_eps), not a number of your own",
-         lambda: normed(token + segment + positions, 1e-12)),
-        ("LayerNorm normalises each token's vector over the hidden axis only",
-         lambda: F.layer_norm(token + segment + positions, tuple((token + segment + positions).shape[-2:]),
-                              eps=eps) * norm.weight + norm.bias),
+        (SELF_PAIRS_HINT, lambda: _gap(cosine, same, ~same)),
+        (SELF_PAIRS_HINT, lambda: _gap(cosine, torch.triu(same), torch.triu(~same))),
+        (DOT_HINT, lambda: _gap(x @ x.T, same & off_diagonal, ~same)),
+        (COLUMNS_HINT, lambda: _gap(F.normalize(x, dim=0) @ F.normalize(x, dim=0).T, same & off_diagonal, ~same)),
+        (SIGN_HINT, lambda: -_gap(cosine, same & off_diagonal, ~same)),
+        (ALL_PAIRS_HINT, lambda: _gap(cosine, same & off_diagonal, off_diagonal)),
+        (PER_SENSE_HINT, per_sense),
+        (NOTEBOOK_FORMULA_HINT, notebook_formula),
+        (BINARY_HINT, lambda: _gap(cosine, binary & off_diagonal, ~binary)),
+        (DISTANCE_HINT, lambda: _gap(torch.cdist(x, x), same & off_diagonal, ~same)),
     ]
 
 
-def _random_embeddings(config: BertConfig, rng: np.random.Generator) -> _TablesOnly:
-    """The refusing module with random tables and a LayerNorm weight and bias far from 1 and 0, in eval mode."""
-    module = _TablesOnly(config).eval()
-    with torch.no_grad():
-        for name, parameter in module.named_parameters():
-            centre = 1.0 if name == "norm.weight" else 0.0
-            parameter.copy_(torch.from_numpy(centre + rng.normal(scale=0.5 if "norm" in name else 1.0,
-                                                                 size=tuple(parameter.shape))))
-    return module.requires_grad_(False)
+def _as_float(case: str, got: Any) -> float:
+    """The learner's gap as a float: Python and NumPy numbers and one-element tensors or arrays are accepted."""
+    if isinstance(got, torch.Tensor | np.ndarray) and np.prod(got.shape) == 1:
+        got = got.item()
+    if isinstance(got, numbers.Real) and not isinstance(got, bool):
+        return float(got)
+    raise Fail(case, f"expected a float, got {describe(got)}", "return the gap as one number (a float)")
 
 
-def _check_embeddings_case(case: str, solution, config: BertConfig, ids: torch.Tensor, types: torch.Tensor,
-                           rng: np.random.Generator) -> None:
-    module = _random_embeddings(config, rng)
-    module.case = case
-    with torch.no_grad():
-        expected = BertEmbeddings.forward(module, ids, types)
-        got = call(solution, ids.clone(), types.clone(), module)
-    if isinstance(got, np.ndarray):
-        got = torch.from_numpy(got)
-    if not isinstance(got, torch.Tensor):
-        raise Fail(case, f"expected a Tensor of shape {tuple(expected.shape)}, got {describe(got)}", EMBEDDINGS_HINT)
-    got = got.detach()
-    if tuple(got.shape) != tuple(expected.shape):
-        raise Fail(case, f"expected shape {tuple(expected.shape)}, got shape {tuple(got.shape)}",
-                   "one vector per token: (batch, seq, hidden); add the (seq, hidden) positions to every row")
-    with torch.no_grad():
-        hint = _named(got, expected, _embeddings_mistakes(ids, types, module))
-    expect_close(case, expected, got, atol=1e-4, rtol=1e-4, hint=hint or EMBEDDINGS_HINT)
+def _sense_vectors(rng: np.random.Generator, senses: list[int], hidden: int, spread: float = 0.8) -> torch.Tensor:
+    """(n, hidden) float32: each vector its sense's centre plus noise, scaled to lengths from about 0.1 to 10."""
+    centres = {sense: rng.normal(size=hidden) for sense in sorted(set(senses))}
+    rows = [centres[sense] + spread * rng.normal(size=hidden) for sense in senses]
+    lengths = np.exp(rng.uniform(-2.3, 2.3, size=len(senses)))
+    return torch.tensor(np.stack(rows) * lengths[:, None], dtype=torch.float32)
 
 
-def _pair_batch(lengths: list[tuple[int, int]], vocab: int, rng: np.random.Generator) -> tuple[torch.Tensor, ...]:
-    """Right-padded [CLS] A [SEP] B [SEP] rows (ids 1 and 2 for [CLS]/[SEP], 0 for padding) and their segments."""
-    width = max(len_a + len_b + 3 for len_a, len_b in lengths)
-    ids, types = torch.zeros(len(lengths), width, dtype=torch.long), torch.zeros(len(lengths), width, dtype=torch.long)
-    for row, (len_a, len_b) in enumerate(lengths):
-        a, b = rng.integers(3, vocab, size=len_a).tolist(), rng.integers(3, vocab, size=len_b).tolist()
-        sequence = [1, *a, 2, *b, 2]
-        ids[row, : len(sequence)] = torch.tensor(sequence)
-        types[row, len_a + 2: len(sequence)] = 1
-    return ids, types
+def _check_gap_case(case: str, solution, vectors: torch.Tensor, senses: list[int]) -> None:
+    case = f"{case}, senses {senses}"
+    given_vectors, given_senses = vectors.clone(), [*senses]
+    got = _as_float(case, call(solution, given_vectors, given_senses))
+    if not torch.equal(given_vectors, vectors):
+        raise Fail(case, "the vectors passed in were changed", GAP_MUTATED_HINT)
+    expected = _reference_gap(vectors, senses)
+    if math.isclose(got, expected, rel_tol=1e-4, abs_tol=1e-5):
+        return
+    hint = ""
+    for mistake_hint, wrong in _gap_mistakes(vectors, senses):
+        try:
+            output = wrong()
+        except Exception:  # a mistake that cannot run on this input cannot be the learner's
+            continue
+        if not math.isclose(output, expected, rel_tol=1e-4, abs_tol=1e-5) and math.isclose(got, output, rel_tol=1e-4,
+                                                                                           abs_tol=1e-5):
+            hint = mistake_hint
+            break
+    if not hint and math.isnan(got):
+        hint = ("your gap is NaN: one of the two means is over no pairs at all (a mask that selects nothing); two "
+                "vectors share a sense when their labels are equal")
+    raise Fail(case, f"expected {expected:.6f}, got {got:.6f}", hint or GAP_HINT)
 
 
-@exercise("00.input_embeddings", "The input vector: token + segment + position embeddings, then LayerNorm",
-          "f(input_ids: LongTensor (batch, seq), token_type_ids: LongTensor (batch, seq), embeddings: BertEmbeddings)"
-          " -> Tensor (batch, seq, hidden), from embeddings' tables and its norm")
-def check_input_embeddings(solution, rng: np.random.Generator) -> None:
-    """Random tables; a padded batch of pairs, a sequence as long as the position table, one token, a large eps."""
-    config = BertConfig(vocab_size=30, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32,
-                        max_position_embeddings=32)  # more positions than token ids: E_position[ids] runs
-    ids, types = _pair_batch([(3, 4), (2, 1)], config.vocab_size, rng)
-    _check_embeddings_case(f"a padded batch of two pairs, ids {tuple(ids.shape)}, hidden 16", solution, config, ids,
-                           types, rng)
-    ids, types = _pair_batch([(14, 15)], config.vocab_size, rng)  # 32 tokens: every row of the position table
-    _check_embeddings_case("32 tokens, as many as max_position_embeddings", solution, config, ids, types, rng)
-    one = torch.tensor([[1], [5], [7]])
-    _check_embeddings_case("one token per sequence, ids (3, 1)", solution, config, one, torch.zeros_like(one), rng)
-    config = config.replace(layer_norm_eps=0.5, type_vocab_size=3, hidden_size=24)
-    ids = torch.from_numpy(rng.integers(0, config.vocab_size, size=(2, 7)))
-    types = torch.from_numpy(rng.integers(0, 3, size=(2, 7)))
-    _check_embeddings_case("hidden 24, three segment types, layer_norm_eps 0.5", solution, config, ids, types, rng)
-
+@exercise("00.sense_gap", "How far context pulls two senses apart: same-sense minus different-sense cosine",
+          "f(vectors: Tensor (n, hidden), senses: list[int]) -> float  (mean cosine of same-sense pairs i != j "
+          "minus that of different-sense pairs)")
+def check_sense_gap(solution, rng: np.random.Generator) -> None:
+    """The notebook's four-sentence layout, interleaved senses, three senses with any labels, a sense seen once,
+    unequal sense sizes, a MiniLM-sized hidden axis; vectors of very different lengths throughout."""
+    cases = [
+        ("four vectors as in the notebook", [0, 0, 1, 1], 8),
+        ("six vectors, the senses interleaved", [0, 1, 0, 1, 1, 0], 8),
+        ("three senses labelled 2, 0 and 7", [2, 0, 7, 2, 0, 7, 7], 12),
+        ("a sense seen only once", [0, 0, 0, 1], 6),
+        ("two senses of unequal size", [1, 1, 1, 0, 0], 10),
+        ("eight vectors of hidden size 384 (all-MiniLM-L6-v2's)", [0, 0, 0, 0, 1, 1, 1, 1], 384),
+    ]
+    for case, senses, hidden in cases:
+        _check_gap_case(case, solution, _sense_vectors(rng, senses, hidden), senses)
+    senses = [int(s) for s in rng.permutation([0, 0, 0, 1, 1, 2, 2, 2, 3])]
+    _check_gap_case("nine vectors, four senses, random order", solution, _sense_vectors(rng, senses, 16, 2.0), senses)
 
 # --------------------------------------------------------------------------------------------------
 # 00.embedding_params

@@ -8,6 +8,7 @@ import html
 import re
 import unicodedata
 
+import numpy as np
 import pytest
 
 from bertlib import cleaning, exercises
@@ -15,18 +16,26 @@ from bertlib import cleaning, exercises
 SEEDS = range(3)
 
 # --------------------------------------------------------------------------------------------------
-# 01.remove_invisible
+# 01.invisible_offsets
 # --------------------------------------------------------------------------------------------------
+
+
+def invisible(ch):
+    category = unicodedata.category(ch)
+    return category == "Cf" or (category == "Cc" and not ch.isspace())
 
 
 def remove_invisible(text, *, drop=None, replacement=""):
     """Delete format (Cf) characters and the control (Cc) characters that are not whitespace."""
-    def invisible(ch):
-        category = unicodedata.category(ch)
-        return category == "Cf" or (category == "Cc" and not ch.isspace())
-
     drop = drop or invisible
     return "".join(replacement if drop(ch) else ch for ch in text)
+
+
+def with_offsets(text, *, drop=None, replacement=""):
+    """The cleaned text and the index in `text` of each of its characters (a replacement points at its original)."""
+    drop = drop or invisible
+    kept = [(i, replacement if drop(ch) else ch) for i, ch in enumerate(text) if replacement or not drop(ch)]
+    return "".join(ch for _, ch in kept), [i for i, _ in kept]
 
 
 @functools.cache
@@ -37,45 +46,85 @@ def invisible_pattern():
 
 
 def by_regex(text):
-    """Another right answer: one character class built from the two categories."""
-    return invisible_pattern().sub("", text)
+    """Another right answer: the kept stretches between matches of one character class, their starts as offsets."""
+    cleaned, offsets, start = [], [], 0
+    for match in [*invisible_pattern().finditer(text), None]:
+        end = len(text) if match is None else match.start()
+        cleaned.append(text[start:end])
+        offsets.extend(range(start, end))
+        start = end + 1
+    return "".join(cleaned), tuple(offsets)
 
 
-@pytest.mark.parametrize("solution", [remove_invisible, by_regex, lambda t: cleaning.remove_invisible(t)[0]],
-                         ids=["by-category", "character-class", "bertlib"])
-def test_remove_invisible_right_answers_pass(solution):
+def by_bertlib_and_numpy(text):
+    """Another right answer: bertlib's step for the text, a NumPy array of indices for the offsets."""
+    keep = np.array([not cleaning.is_invisible(ch) for ch in text], dtype=bool)
+    return cleaning.remove_invisible(text)[0], np.flatnonzero(keep)
+
+
+@pytest.mark.parametrize("solution", [with_offsets, by_regex, by_bertlib_and_numpy],
+                         ids=["by-category", "character-class", "bertlib-and-numpy"])
+def test_invisible_offsets_right_answers_pass(solution):
     for seed in SEEDS:
-        exercises.check("01.remove_invisible", solution, strict=True, seed=seed)
+        exercises.check("01.invisible_offsets", solution, strict=True, seed=seed)
 
 
 def is_cf(ch):
     return unicodedata.category(ch) == "Cf"
 
 
+def offsets_of(mistaken_offsets):
+    """The right text with `mistaken_offsets(text, cleaned)` as its offsets."""
+    def solution(text):
+        cleaned, _ = with_offsets(text)
+        return cleaned, mistaken_offsets(text, cleaned)
+
+    return solution
+
+
 INVISIBLE_MISTAKES = {
-    "all-controls-removed": (lambda t: remove_invisible(t, drop=lambda c: unicodedata.category(c) in ("Cf", "Cc")),
+    "all-controls-removed": (lambda t: with_offsets(t, drop=lambda c: unicodedata.category(c) in ("Cf", "Cc")),
                              "whitespace stay"),
-    "every-C-category": (lambda t: remove_invisible(t, drop=lambda c: unicodedata.category(c).startswith("C")),
+    "every-C-category": (lambda t: with_offsets(t, drop=lambda c: unicodedata.category(c).startswith("C")),
                          "whitespace stay"),
-    "printable-or-space": (lambda t: "".join(c for c in t if unicodedata.category(c) != "Cf"
-                                             and (c.isprintable() or c.isspace())), "private-use characters (Co)"),
-    "isprintable": (lambda t: "".join(c for c in t if c.isprintable()), "str.isprintable() is False"),
-    "replaced-by-space": (lambda t: remove_invisible(t, replacement=" "), "a space would split"),
-    "zero-width-space-only": (lambda t: t.replace("\u200b", ""), "you removed only some of them"),
-    "short-list": (lambda t: re.sub("[\u200b\u200c\u200d\ufeff]", "", t), "you removed only some of them"),
-    "format-only": (lambda t: remove_invisible(t, drop=is_cf), "you removed only some of them"),
-    "ascii-only": (lambda t: t.encode("ascii", "ignore").decode(), "letters of other scripts"),
-    "combining-marks-removed": (lambda t: remove_invisible(t, drop=lambda c: unicodedata.category(c) in ("Cf", "Mn")
-                                                          or unicodedata.category(c) == "Cc" and not c.isspace()),
-                                "combining marks"),
+    "printable-or-space": (lambda t: with_offsets(t, drop=lambda c: unicodedata.category(c) == "Cf"
+                                                  or not (c.isprintable() or c.isspace())),
+                           "private-use characters (Co)"),
+    "isprintable": (lambda t: with_offsets(t, drop=lambda c: not c.isprintable()), "str.isprintable() is False"),
+    "replaced-by-space": (lambda t: with_offsets(t, replacement=" "), "a space would split"),
+    "zero-width-space-only": (lambda t: with_offsets(t, drop=lambda c: c == "\u200b"), "you removed only some of them"),
+    "short-list": (lambda t: with_offsets(t, drop=lambda c: c in "\u200b\u200c\u200d\ufeff"),
+                   "you removed only some of them"),
+    "format-only": (lambda t: with_offsets(t, drop=is_cf), "you removed only some of them"),
+    "ascii-only": (lambda t: with_offsets(t, drop=lambda c: not c.isascii()), "letters of other scripts"),
+    "combining-marks-removed": (lambda t: with_offsets(t, drop=lambda c: invisible(c)
+                                                       or unicodedata.category(c) == "Mn"), "combining marks"),
+    "offsets-in-the-cleaned-text": (offsets_of(lambda t, c: list(range(len(c)))), "positions in the cleaned text"),
+    "offsets-of-the-removed": (offsets_of(lambda t, c: [i for i, ch in enumerate(t) if invisible(ch)]),
+                               "where the REMOVED characters were"),
+    "text-index": (offsets_of(lambda t, c: [t.index(ch) for ch in c]), "FIRST occurrence"),
+    "one-based": (offsets_of(lambda t, c: [i + 1 for i, ch in enumerate(t) if not invisible(ch)]),
+                  "indices start at 0"),
+    "one-offset-per-input-character": (offsets_of(lambda t, c: list(range(len(t)))), "one offset per character"),
+    "offsets-as-a-string": (offsets_of(lambda t, c: ",".join(str(i) for i, ch in enumerate(t) if not invisible(ch))),
+                            "a list of int"),
+    "text-only": (remove_invisible, "return two things"),
 }
 
 
 @pytest.mark.parametrize("mistake", INVISIBLE_MISTAKES.values(), ids=INVISIBLE_MISTAKES.keys())
-def test_remove_invisible_mistakes_are_named(mistake):
+def test_invisible_offsets_mistakes_are_named(mistake):
     solution, hint = mistake
-    result = exercises.check("01.remove_invisible", solution)
+    result = exercises.check("01.invisible_offsets", solution)
     assert not result.passed and hint in result.message, result.message
+
+
+def test_a_missed_rare_invisible_character_is_caught_by_the_scan_of_every_code_point():
+    common = set("\u200b\u200c\u200d\u2060\ufeff\u00ad\u202e\u202c\u2066\u2069\u061c\x00\x07\x1b\x7f")
+    common |= {chr(cp) for cp in range(0xE0000, 0xE0080)}  # the tag characters of the flags
+    result = exercises.check("01.invisible_offsets", lambda t: with_offsets(t, drop=lambda c: c in common))
+    assert not result.passed and "every invisible code point there is" in result.message, result.message
+    assert "you removed only some of them" in result.message, result.message
 
 
 # --------------------------------------------------------------------------------------------------
@@ -374,7 +423,7 @@ def ellipsis_body(*args): ...
 
 
 A_WRONG_ANSWER = {
-    "01.remove_invisible": INVISIBLE_MISTAKES["replaced-by-space"][0],
+    "01.invisible_offsets": INVISIBLE_MISTAKES["replaced-by-space"][0],
     "01.strip_html": HTML_MISTAKES["tags-deleted"][0],
     "01.replace_links": lambda t: replace_links(t, url=r"https?://\S+"),
     "01.normalise_whitespace": WHITESPACE_MISTAKES["split-join"][0],

@@ -1,16 +1,19 @@
 """Exercises of notebook 01: cleaning web text without destroying what BERT needs.
 
-The learner writes four cleaning steps of bertlib.cleaning: removing invisible characters, stripping HTML,
-replacing URLs, e-mail and IP addresses by a word while keeping the sentence's punctuation, and
-normalising whitespace; and answers "why does stopword removal hurt BERT?" with a function that finds the
-sentences a stopword list makes identical. The references are bertlib.cleaning's remove_invisible,
-strip_html, replace_urls / replace_emails / replace_ips and normalise_whitespace; the stopword answer is
-checked against the definition in its statement (bertlib removes no words, so it has no such function).
+The learner writes four cleaning steps of bertlib.cleaning: removing invisible characters while keeping, for
+each kept character, its index in the raw text (the offsets that point a finding in the cleaned text back at
+the comment as written), stripping HTML, replacing URLs, e-mail and IP addresses by a word while keeping the
+sentence's punctuation, and normalising whitespace; and answers "why does stopword removal hurt BERT?" with a
+function that finds the sentences a stopword list makes identical. The references are bertlib.cleaning's
+remove_invisible (the offsets: the indices of the characters cleaning.is_invisible keeps), strip_html,
+replace_urls / replace_emails / replace_ips and normalise_whitespace; the stopword answer is checked against
+the definition in its statement (bertlib removes no words, so it has no such function).
 
 Conventions accepted: for the HTML and link steps, where a replacement leaves spaces is free (bertlib pads
 "link" with spaces, "see link." is as good): what is compared is what BERT's BasicTokenizer reads, the
 words and punctuation in order (bertlib.wordpiece.BasicTokenizer, case and accents kept). Invisible
-characters and whitespace are compared character by character. Stopword groups may come in any order.
+characters and whitespace are compared character by character; the offsets as a list, a tuple or an integer
+array. Stopword groups may come in any order.
 
 Leaves out: IPv6 addresses, MediaWiki markup, <script> content and unknown "tags" such as <sarcasm> (bertlib
 handles them; the statements do not ask for them, so no case contains them).
@@ -18,7 +21,9 @@ handles them; the statements do not ask for them, so no case contains them).
 
 from __future__ import annotations
 
+import functools
 import html
+import numbers
 import re
 import unicodedata
 from collections.abc import Callable, Iterable
@@ -59,16 +64,26 @@ def _expect_same_reading(case: str, text: str, expected: str, got: str, mistakes
 
 
 # --------------------------------------------------------------------------------------------------
-# 01.remove_invisible
+# 01.invisible_offsets
 # --------------------------------------------------------------------------------------------------
 
 INVISIBLE_HINT = ("delete every character whose unicodedata.category is 'Cf' (format), and every 'Cc' (control) "
                   "character that is not whitespace (not ch.isspace()); keep everything else")
-
-
 ONLY_SOME_HINT = ("you removed only some of them: every format character (category 'Cf': zero-width characters, "
                   "bidi marks, the soft hyphen, the BOM, tag characters) goes, and every control character but "
                   "whitespace")
+OFFSETS_HINT = ("offsets[i] is the index in the ORIGINAL text of the cleaned text's character i: walk through "
+                "enumerate(text) and keep the index of every character you keep")
+PAIR_HINT = "return two things: the cleaned text (a str) and the offsets (a list of int, one per kept character)"
+IDENTITY_HINT = ("these are positions in the cleaned text (0, 1, 2, ...): offsets[i] is where cleaned[i] was in "
+                 "the ORIGINAL text, so it skips the index of every removed character")
+REMOVED_HINT = ("you listed where the REMOVED characters were: the offsets point at the kept ones, one per "
+                "character of the cleaned text")
+FIRST_OCCURRENCE_HINT = ("text.index(ch) finds the FIRST occurrence of that character, so a repeated letter points "
+                         "at the wrong place: take the index from enumerate(text) as you go")
+ONE_BASED_HINT = "indices start at 0: the first character of the text is text[0]"
+EVERY_CHARACTER_HINT = ("one offset per character of the CLEANED text, not one per character of the input: the "
+                        "removed characters get none")
 
 
 def _keep(text: str, drop: Callable[[str], bool]) -> str:
@@ -98,14 +113,45 @@ def _invisible_mistakes(text: str) -> Mistakes:
     ]
 
 
-def _check_invisible_case(case: str, solution, text: str) -> None:
+def _offsets_mistakes(text: str, cleaned: str) -> Mistakes:
+    kept = [i for i, ch in enumerate(text) if not cleaning.is_invisible(ch)]
+    return [
+        (IDENTITY_HINT, lambda: list(range(len(cleaned)))),
+        (REMOVED_HINT, lambda: [i for i, ch in enumerate(text) if cleaning.is_invisible(ch)]),
+        (FIRST_OCCURRENCE_HINT, lambda: [text.index(ch) for ch in cleaned]),
+        (ONE_BASED_HINT, lambda: [i + 1 for i in kept]),
+        (EVERY_CHARACTER_HINT, lambda: list(range(len(text)))),
+    ]
+
+
+def _as_offsets_pair(case: str, got: Any) -> tuple[str, list[int]]:
+    """The learner's (cleaned text, offsets), the offsets as a list of int, after checking their types."""
+    if not isinstance(got, tuple | list) or len(got) != 2:
+        raise Fail(case, f"expected a pair (cleaned text, offsets), got {describe(got)}", PAIR_HINT)
+    cleaned, offsets = got
+    if isinstance(offsets, np.ndarray) or (hasattr(offsets, "tolist") and hasattr(offsets, "dtype")):
+        offsets = offsets.tolist()
+    if not isinstance(cleaned, str):
+        raise Fail(case, f"expected the cleaned text as a str, got {describe(cleaned)}", PAIR_HINT)
+    if not isinstance(offsets, tuple | list) or not all(isinstance(i, numbers.Integral) and not isinstance(i, bool)
+                                                        for i in offsets):
+        raise Fail(case, f"expected the offsets as a list of int, got {describe(offsets)}", PAIR_HINT)
+    return cleaned, [int(i) for i in offsets]
+
+
+def _check_offsets_case(case: str, solution, text: str) -> None:
+    shown = f"{case}: input {text!r}" if len(text) <= 80 else f"{case} ({len(text)} characters)"
+    cleaned, offsets = _as_offsets_pair(shown, call(solution, text))
     expected, _ = cleaning.remove_invisible(text)
-    got = _text(case, call(solution, text), INVISIBLE_HINT)
-    if got != expected:
-        hint = _named(got, expected, _invisible_mistakes(text))
-        if not hint and cleaning.remove_invisible(got)[0] == expected:  # right, but some invisible ones are left
+    if cleaned != expected:
+        hint = _named(cleaned, expected, _invisible_mistakes(text))
+        if not hint and cleaning.remove_invisible(cleaned)[0] == expected:  # right, but some invisible ones are left
             hint = ONLY_SOME_HINT
-        expect_equal(f"{case}: input {text!r}", expected, got, hint or INVISIBLE_HINT)
+        expect_equal(f"{shown}: the cleaned text", expected, cleaned, hint or INVISIBLE_HINT)
+    expected_offsets = [i for i, ch in enumerate(text) if not cleaning.is_invisible(ch)]
+    if offsets != expected_offsets:
+        hint = _named(offsets, expected_offsets, _offsets_mistakes(text, expected))
+        expect_equal(f"{shown}: the offsets", expected_offsets, offsets, hint or OFFSETS_HINT)
 
 
 _INVISIBLES = ("\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u00ad", "\u202e", "\u202c", "\u2066", "\u2069",
@@ -114,25 +160,40 @@ _VISIBLE = ("a", "Z", "é", "e\u0301", "ñ", "ß", "日", "本", "я", "ω", "ع
             "\n", "\r\n", "\xa0", "\x85")
 
 
-@exercise("01.remove_invisible", "Remove invisible characters",
-          "f(text: str) -> str  without format (Cf) characters and non-whitespace control (Cc) characters")
-def check_remove_invisible(solution, rng: np.random.Generator) -> None:
-    """Zero-width, bidi and tag characters, controls, whitespace controls that stay, every script, combining marks."""
+@functools.cache
+def _every_invisible() -> str:
+    """Every invisible code point there is (planes 0, 1 and 14 hold them all), each after an 'x'."""
+    code_points = (*range(0x20000), *range(0xE0000, 0xE1000))
+    return "".join("x" + chr(cp) for cp in code_points if cleaning.is_invisible(chr(cp)))
+
+
+@exercise("01.invisible_offsets", "Remove invisible characters and map each kept one back to the raw text",
+          "f(text: str) -> (cleaned: str, offsets: list[int])  without format (Cf) and non-whitespace control (Cc) "
+          "characters; offsets[i] = the index in text of cleaned[i]")
+def check_invisible_offsets(solution, rng: np.random.Generator) -> None:
+    """Zero-width, bidi and tag characters, controls, whitespace controls that stay, every script, combining marks;
+    invisible characters first, last and in a row, repeated letters, an all-invisible text, every invisible code
+    point there is."""
     cases = [
+        ("the statement's example", "da\u200bmn\u00ad!"),
         ("the notebook's example", "dam\u200bn, of cou\u200drse \ufeffit\u00ads fine"),
+        ("a repeated word, hidden once", "damn dam\u200bn damn"),
         ("tabs and line breaks are controls that stay", "tab\there\nnew\xa0line\r\nend\x85"),
+        ("a byte-order mark first, two in a row, one last", "\ufeffhi\u200b\u200bthere\u2060"),
         ("bidi controls and an Arabic letter mark", "\u202eevil\u202c text \u2066x\u2069\u061c"),
         ("control characters: bell, NUL, escape", "bell\x07 null\x00 esc\x1b[0m"),
         ("emoji joined by ZWJ, CJK, accents written as combining marks", "👨\u200d👩 日本語 Ñandú e\u0301"),
         ("a flag made of tag characters (plane 14)", "🏴\U000e0067\U000e0062\U000e0065\U000e006e\U000e0067\U000e007f"),
         ("nothing to remove", "Café, naïve, 日本語 — fine. \ue000"),
+        ("nothing but invisible characters", "\u200b\u200c\u200d"),
         ("an empty text", ""),
     ]
     for _ in range(2):
         pieces = rng.choice([*_VISIBLE, *_INVISIBLES], size=int(rng.integers(10, 30)))
         cases.append(("a random mix of letters, whitespace and invisible characters", "".join(pieces)))
+    cases.append(("every invisible code point there is, each after an 'x'", _every_invisible()))
     for case, text in cases:
-        _check_invisible_case(case, solution, text)
+        _check_offsets_case(case, solution, text)
 
 
 # --------------------------------------------------------------------------------------------------

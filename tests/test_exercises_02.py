@@ -3,6 +3,7 @@ learner plausibly writes is rejected with a hint that names its mistake."""
 
 from __future__ import annotations
 
+import functools
 import re
 import string
 import unicodedata
@@ -12,7 +13,6 @@ from itertools import pairwise
 
 import numpy as np
 import pytest
-from tokenizers.models import WordPiece
 from tokenizers.pre_tokenizers import BertPreTokenizer
 
 from bertlib import exercises
@@ -312,83 +312,159 @@ def test_merge_step_that_returns_only_the_pair_is_a_type_error():
 
 
 # --------------------------------------------------------------------------------------------------
-# 02.encode_word
+# 02.fewest_pieces
 # --------------------------------------------------------------------------------------------------
 
 
-def encode_word(word, vocab, max_chars=100, *, shortest=False, bare_lookup=False, bare_output=False,
-                hashes_first=False, unknown="word", limit="right"):
-    """Greedy longest-match-first with '##' continuations; each keyword switches on one mistake."""
-    too_long = {"right": len(word) > max_chars, ">=": len(word) >= max_chars, "none": False,
-                "fixed-100": len(word) > 100}[limit]
-    if too_long:
+def fewest_pieces(word, vocab, *, order="longest-first", choose=min, lookup="##", output="##", first="",
+                  unknown="word"):
+    """fewest[i]: the fewest pieces that spell word[i:], filled from the end; then the longest piece that keeps the
+    count at its minimum, from the start. Each keyword can make one mistake."""
+    n = len(word)
+    fewest = [None] * n + [0]
+    for i in reversed(range(n)):
+        prefix = lookup if i else first
+        counts = [fewest[end] for end in range(i + 1, n + 1)
+                  if fewest[end] is not None and prefix + word[i:end] in vocab]
+        fewest[i] = choose(counts) + 1 if counts else None
+    if fewest[0] is None:
+        if unknown == "empty":
+            return []
+        if unknown == "prefix":  # the longest part that can be spelled, then [UNK]
+            spelled = max(j for j in range(n) if j == 0 or fewest_pieces(word[:j], vocab) != ["[UNK]"])
+            return (fewest_pieces(word[:spelled], vocab) if spelled else []) + ["[UNK]"]
         return ["[UNK]"]
-    pieces, start = [], 0
-    while start < len(word):
-        continuation = start > 0 or hashes_first
-        lookup_prefix = "##" if continuation and not bare_lookup else ""
-        output_prefix = "##" if continuation and not bare_output else ""
-        ends = range(start + 1, len(word) + 1) if shortest else range(len(word), start, -1)
-        for end in ends:
-            if lookup_prefix + word[start:end] in vocab:
-                pieces.append(output_prefix + word[start:end])
-                start = end
-                break
-        else:
-            if unknown == "word":
-                return ["[UNK]"]
-            if unknown == "empty":
-                return []
-            if unknown == "rest":
-                return pieces + ["[UNK]"]
-            pieces.append("[UNK]")
-            start += 1
+    pieces, i = [], 0
+    while i < n:
+        prefix = lookup if i else first
+        ends = range(n, i, -1) if order == "longest-first" else range(i + 1, n + 1)
+        end = next(e for e in ends if fewest[e] == fewest[i] - 1 and prefix + word[i:e] in vocab)
+        pieces.append((output if i else first) + word[i:end])
+        i = end
     return pieces
 
 
-def encode_word_tokenizers(word, vocab, max_chars=100):
-    """The Rust WordPiece model of 🤗 tokenizers, the one BertTokenizerFast runs: accepted, of course."""
-    model = WordPiece({token: i for i, token in enumerate(sorted(vocab))}, unk_token="[UNK]",
-                      max_input_chars_per_word=max_chars)
-    return tuple(token.value for token in model.tokenize(word))
+def fewest_by_prefixes(word, vocab, *, keep_later=False):
+    """best[j]: the fewest pieces that spell word[:j], built from the left. Ties keep the first segmentation found
+    (the longest LAST piece) or, with keep_later, the last found (the shortest last piece): both wrong."""
+    best = [[]] + [None] * len(word)
+    for end in range(1, len(word) + 1):
+        for start in range(end):
+            piece = ("##" if start else "") + word[start:end]
+            if best[start] is None or piece not in vocab:
+                continue
+            if best[end] is None or len(best[start]) + 1 < len(best[end]) or (
+                    keep_later and len(best[start]) + 1 == len(best[end])):
+                best[end] = best[start] + [piece]
+    return best[-1] if best[-1] is not None else ["[UNK]"]
 
 
-@pytest.mark.parametrize("solution", [encode_word, encode_word_tokenizers], ids=["greedy", "rust-wordpiece"])
-def test_encode_word_right_answers_pass(solution):
+def fewest_by_memoised_search(word, vocab):
+    """Another right answer: a recursive search over the first piece, remembered per position; the best
+    segmentation is the smallest key (piece count, then the piece lengths negated, left to right)."""
+    @functools.cache
+    def best(start):
+        if start == len(word):
+            return ()
+        options = []
+        for end in range(start + 1, len(word) + 1):
+            piece = ("##" if start else "") + word[start:end]
+            rest = best(end) if piece in vocab else None
+            if rest is not None:
+                options.append((piece, *rest))
+        return min(options, key=lambda pieces: (len(pieces), [-len(p) for p in pieces]), default=None)
+
+    pieces = best(0)
+    return ("[UNK]",) if pieces is None else pieces
+
+
+def every_segmentation(word, vocab):
+    """Every way to cut `word` into pieces of the vocabulary ('##' after the first): exhaustive, exponential."""
+    if not word:
+        return [[]]
+    found = []
+    for mask in range(2 ** (len(word) - 1)):
+        cuts = [0, *(i + 1 for i in range(len(word) - 1) if mask >> i & 1), len(word)]
+        pieces = [("##" if a else "") + word[a:b] for a, b in pairwise(cuts)]
+        if all(piece in vocab for piece in pieces):
+            found.append(pieces)
+    return found
+
+
+def fewest_exhaustive(word, vocab):
+    """Another right answer, for short words only: the best of every segmentation."""
+    found = every_segmentation(word, vocab)
+    return min(found, key=lambda pieces: (len(pieces), [-len(p) for p in pieces])) if found else ["[UNK]"]
+
+
+@pytest.mark.parametrize("solution", [fewest_pieces, fewest_by_memoised_search],
+                         ids=["table-from-the-end", "memoised-recursion"])
+def test_fewest_pieces_right_answers_pass(solution):
     for seed in range(3):
-        exercises.check("02.encode_word", solution, strict=True, seed=seed)
+        exercises.check("02.fewest_pieces", solution, strict=True, seed=seed)
 
 
-ENCODE_MISTAKES = {
-    "shortest-match": (dict(shortest=True), "shortest match"),
-    "continuations-without-hashes": (dict(bare_lookup=True, bare_output=True), "must carry '##'"),
-    "continuations-looked-up-bare": (dict(bare_lookup=True), "must carry '##'"),
-    "continuations-output-bare": (dict(bare_output=True), "in the output too"),
-    "hashes-on-the-first-piece": (dict(hashes_first=True), "first piece of a word has no '##'"),
-    "partial-unk-per-character": (dict(unknown="char"), "WHOLE word"),
-    "partial-unk-for-the-rest": (dict(unknown="rest"), "WHOLE word"),
-    "empty-list-for-unknown": (dict(unknown="empty"), "not an empty list"),
-    "no-length-limit": (dict(limit="none"), "straight away"),
-    "length-limit-off-by-one": (dict(limit=">="), "off by one"),
-    "length-limit-fixed-100": (dict(limit="fixed-100"), "max_chars argument"),
+def test_the_reference_is_the_best_of_every_segmentation_on_random_vocabularies():
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        vocab = {("##" if rng.random() < 0.6 else "") + "".join(rng.choice(list("abc"), rng.integers(1, 4)))
+                 for _ in range(14)}
+        for _ in range(8):
+            word = "".join(rng.choice(list("abc"), rng.integers(1, 10)))
+            assert fewest_pieces(word, vocab) == fewest_exhaustive(word, vocab), (word, vocab)
+            assert exercises.nb02._fewest(word, vocab) == fewest_exhaustive(word, vocab), (word, vocab)
+
+
+def greedy(word, vocab):
+    """Section 3's greedy longest-match-first."""
+    pieces, start = [], 0
+    while start < len(word):
+        prefix = "##" if start else ""
+        end = next((e for e in range(len(word), start, -1) if prefix + word[start:e] in vocab), None)
+        if end is None:
+            return ["[UNK]"]
+        pieces.append(prefix + word[start:end])
+        start = end
+    return pieces
+
+
+FEWEST_MISTAKES = {
+    "greedy-longest-match": (greedy, "that is greedy longest-match-first"),
+    "ties-to-the-longest-last-piece": (fewest_by_prefixes, "longest LAST piece"),
+    "ties-to-the-shortest-last-piece": (lambda w, v: fewest_by_prefixes(w, v, keep_later=True), "shortest LAST"),
+    "ties-to-the-shortest-first-piece": (lambda w, v: fewest_pieces(w, v, order="shortest-first"),
+                                         "not the shortest"),
+    "most-pieces": (lambda w, v: fewest_pieces(w, v, choose=max), "the MOST pieces"),
+    "continuations-without-hashes": (lambda w, v: fewest_pieces(w, v, lookup="", output=""),
+                                     "look up '##' + word[start:end]"),
+    "continuations-looked-up-bare": (lambda w, v: fewest_pieces(w, v, lookup=""), "look up '##' + word[start:end]"),
+    "continuations-output-bare": (lambda w, v: fewest_pieces(w, v, output=""), "in the output too"),
+    "hashes-on-the-first-piece": (lambda w, v: fewest_pieces(w, v, first="##"), "first piece of a word has no '##'"),
+    "partial-unk": (lambda w, v: fewest_pieces(w, v, unknown="prefix"), "the WHOLE word is a single '[UNK]'"),
+    "empty-list-for-unknown": (lambda w, v: fewest_pieces(w, v, unknown="empty"), "not an empty list"),
+    "the-count-only": (lambda w, v: len(fewest_pieces(w, v)), "not how many there are"),
 }
 
 
-@pytest.mark.parametrize("mistake", ENCODE_MISTAKES.values(), ids=ENCODE_MISTAKES.keys())
-def test_encode_word_mistakes_are_named(mistake):
-    keywords, hint = mistake
-    result = exercises.check("02.encode_word", lambda w, v, m=100: encode_word(w, v, m, **keywords))
+@pytest.mark.parametrize("mistake", FEWEST_MISTAKES.values(), ids=FEWEST_MISTAKES.keys())
+def test_fewest_pieces_mistakes_are_named(mistake):
+    solution, hint = mistake
+    result = exercises.check("02.fewest_pieces", solution)
     assert not result.passed and hint in result.message, result.message
 
 
-def test_the_reference_encoder_equals_the_rust_wordpiece_model_on_random_vocabularies():
-    rng = np.random.default_rng(0)
-    for _ in range(20):
-        vocab = {"[UNK]"} | {("##" if rng.random() < 0.5 else "") + "".join(rng.choice(list("abc"), rng.integers(1, 4)))
-                             for _ in range(12)}
-        for _ in range(10):
-            word = "".join(rng.choice(list("abc"), rng.integers(1, 9)))
-            assert encode_word(word, vocab) == list(encode_word_tokenizers(word, vocab)), (word, vocab)
+def test_the_verdict_on_greedy_shows_a_word_where_greedy_needs_more_pieces():
+    result = exercises.check("02.fewest_pieces", greedy)
+    assert "word 'abc'" in result.message and "greedy gives ['[UNK]'], but ['a', '##bc'] spells the word in 2 " \
+        "pieces" in result.message, result.message
+    vocab = {"a", "ab", "##bcd", "##c", "##d"}  # the checker's second such vocabulary
+    assert len(greedy("abcd", vocab)) == 3 > len(fewest_pieces("abcd", vocab)) == 2
+
+
+def test_an_exhaustive_search_runs_out_of_time_on_the_long_word(monkeypatch):
+    monkeypatch.setattr(exercises, "CALL_TIME_LIMIT_S", 2.0)
+    result = exercises.check("02.fewest_pieces", fewest_exhaustive)
+    assert not result.passed and "did not return within 2 s" in result.message, result.message
 
 
 # --------------------------------------------------------------------------------------------------
@@ -408,7 +484,7 @@ A_WRONG_ANSWER = {
     "02.pair_scores": lambda s, c: pair_scores(s, c, score="frequency"),
     "02.merge_pair": lambda s, p: merge_pair(s, p, first_only=True),
     "02.merge_step": lambda s, c: merge_step(s, c, choose="frequency"),
-    "02.encode_word": lambda w, v, m=100: encode_word(w, v, m, shortest=True),
+    "02.fewest_pieces": greedy,
 }
 
 
@@ -428,5 +504,5 @@ def test_a_verdict_is_reproducible(exercise_id):
 
 def test_list_shows_the_exercises_of_notebook_02(capsys):
     assert [ex.id for ex in exercises.list("02")] == sorted(A_WRONG_ANSWER)
-    assert "max_chars" in capsys.readouterr().out
+    assert "f(word: str, vocab: set[str]) -> list[str]" in capsys.readouterr().out
 

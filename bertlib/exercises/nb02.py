@@ -1,25 +1,29 @@
-"""Exercises of notebook 02: WordPiece (words, the pair score, a merge, a training step, greedy encoding).
+"""Exercises of notebook 02: WordPiece (words, the pair score, a merge, a training step, the fewest pieces).
 
 The learner splits normalised text into BERT's words, scores every adjacent pair of a word-split table
 with count(ab) / (count(a) · count(b)), applies one merge to the table (the "##" of the merged piece
-handled), runs one whole training step (the best pair, ties broken as bertlib breaks them) and encodes
-one word greedily, longest match first, with "##" continuation pieces, [UNK] for the whole word when any
-part cannot be matched, and [UNK] for a word over max_chars characters. The references are bertlib's:
-BasicTokenizer.split, bertlib.wordpiece_trainer.WordPieceTrainer (pair_scores, step, current_splits) with
-min_frequency=1, and WordPieceTokenizer.wordpiece, which the tests compare with the Rust `tokenizers`
-WordPiece model.
+handled), runs one whole training step (the best pair, ties broken as bertlib breaks them), and segments
+one word into the FEWEST vocabulary pieces by dynamic programming: the search that greedy longest-match-first
+(the notebook's encoder, section 3) is not, with "##" on every piece after the first, among equally few
+pieces the longest first piece (then the longest second ...), and ['[UNK]'] when no segmentation exists. The
+references are bertlib's: BasicTokenizer.split and bertlib.wordpiece_trainer.WordPieceTrainer (pair_scores,
+step, current_splits) with min_frequency=1; the fewest pieces are written out here (`_fewest`), and the tests
+compare them with every segmentation of random words.
 
-Conventions accepted: a score of any numeric type; the pair as a tuple or a list; splits as lists or tuples.
-The tie rule of a training step is bertlib's (best score, then the more frequent pair, then the
-alphabetically first), so that a step has one right answer.
+Conventions accepted: a score of any numeric type; the pair as a tuple or a list; splits as lists or tuples;
+pieces as a list or a tuple. The tie rules (of a training step, of the fewest pieces) are stated, so that an
+answer has one right value; the fewest-pieces rule is chosen so that wherever greedy finds the fewest pieces,
+the two agree.
 
 Leaves out: the text normaliser (cleaning, accents, lowercasing, CJK spacing), min_frequency, special tokens
-written inside the text, and model inputs ([CLS], [SEP], padding).
+written inside the text, the length limit of the encoder (max_input_chars_per_word) and model inputs ([CLS],
+[SEP], padding).
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 import re
 import string
 import unicodedata
@@ -30,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from bertlib.wordpiece import UNK, BasicTokenizer, WordPieceTokenizer, is_punctuation
+from bertlib.wordpiece import UNK, BasicTokenizer, is_punctuation
 from bertlib.wordpiece_trainer import WordPieceTrainer, _merge_in
 
 from . import Fail, call, describe, exercise, expect_equal
@@ -537,128 +541,183 @@ def check_merge_step(solution, rng: np.random.Generator) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# 02.encode_word
+# 02.fewest_pieces
 # --------------------------------------------------------------------------------------------------
 
-ENCODE_HINT = ("greedy longest-match-first: at each position take the LONGEST piece in the vocabulary ('##' + "
-               "the text after the first piece), move past it, repeat; if no piece fits at some position the whole "
-               "word is ['[UNK]']; a word longer than max_chars characters is ['[UNK]'] straight away")
-SHORTEST_HINT = ("you took the shortest match: WordPiece tries the LONGEST candidate first, "
-                 "for end in range(len(word), start, -1)")
-BARE_LOOKUP_HINT = ("continuation pieces must carry '##': after the first piece look up '##' + word[start:end] "
-                    "(and output it with its '##'), never the bare text")
-BARE_OUTPUT_HINT = "continuation pieces must carry '##' in the output too: 'una', '##ffa', '##ble'"
-HASHES_FIRST_HINT = "the first piece of a word has no '##': only the pieces after it are continuations"
-PARTIAL_UNK_HINT = ("when no piece fits, the WHOLE word becomes a single '[UNK]', not only the part that did "
-                    "not fit: return ['[UNK]']")
-EMPTY_UNK_HINT = "an unknown word is ['[UNK]'], one token, not an empty list"
-NO_LIMIT_HINT = ("a word longer than max_chars characters (100 by default) is ['[UNK]'] straight away, "
-                 "without a search")
-LIMIT_OFF_BY_ONE_HINT = ("off by one: a word of exactly max_chars characters is still encoded; only LONGER words "
-                         "(len(word) > max_chars) are ['[UNK]']")
-LIMIT_IGNORED_HINT = "use the max_chars argument, not a fixed 100"
+FEWEST_HINT = ("the fewest pieces over ALL segmentations: with fewest[i] = the fewest pieces that spell word[i:] "
+               "(fewest[len(word)] = 0, fill from the end), walk from the start and take at each position the "
+               "LONGEST piece whose end keeps the count at its minimum; '##' on every piece after the first; "
+               "['[UNK]'] when no segmentation exists")
+GREEDY_HINT = ("that is greedy longest-match-first (section 3): it commits to the longest first piece and never "
+               "looks back. Here greedy gives {greedy}, but {fewest} spells the word in {count}: search over every "
+               "segmentation (dynamic programming over the positions)")
+TIE_LAST_LONGEST_HINT = ("ties broken from the wrong end: among the fewest-piece segmentations yours has the "
+                         "longest LAST piece; the rule takes the longest FIRST piece, then the longest second, ... "
+                         "(count the pieces of each suffix word[i:], from the end, then walk from the start)")
+TIE_LAST_SHORTEST_HINT = ("ties broken wrongly: among the fewest-piece segmentations yours has the shortest LAST "
+                          "piece; the rule takes the longest FIRST piece, then the longest second, ...")
+TIE_FIRST_SHORTEST_HINT = ("ties broken wrongly: among the fewest-piece segmentations take the LONGEST first piece "
+                           "(then the longest second, ...), not the shortest: try the ends from len(word) down")
+MOST_HINT = "you found the MOST pieces: the segmentation with the FEWEST (min, not max)"
+FEWEST_BARE_LOOKUP_HINT = ("pieces after the first are continuations: look up '##' + word[start:end] (and output it "
+                           "with its '##'), never the bare text")
+FEWEST_BARE_OUTPUT_HINT = "continuation pieces carry '##' in the output too: 'una', '##ffa', '##ble'"
+FEWEST_HASHES_FIRST_HINT = "the first piece of a word has no '##': only the pieces after it are continuations"
+FEWEST_PARTIAL_UNK_HINT = ("when no segmentation spells the whole word, the WHOLE word is a single '[UNK]', not the "
+                           "part that could be spelled plus '[UNK]': return ['[UNK]']")
+FEWEST_EMPTY_HINT = "a word the vocabulary cannot spell is ['[UNK]'], one token, not an empty list"
+COUNT_ONLY_HINT = "return the pieces themselves (a list of str), not how many there are"
 
 
-def _greedy(word: str, vocab: set[str], max_chars: int = 100, *, shortest: bool = False, lookup_prefix: str = "##",
-            output_prefix: str = "##", first_prefix: str = "", unknown: str = "word", limit: str = ">") -> list[str]:
-    """Greedy WordPiece with the mistakes chosen by the keywords (the defaults are the right answer)."""
-    if (limit == ">" and len(word) > max_chars) or (limit == ">=" and len(word) >= max_chars) or (
-            limit == "100" and len(word) > 100):
+def _fewest(word: str, vocab: set[str], *, tie: str = "first-longest", most: bool = False, lookup: str = "##",
+            output: str = "##", first: str = "", unknown: str = "word") -> list[str]:
+    """The fewest-pieces segmentation, ties to the longest first piece; the keywords choose a mistake instead.
+
+    tie "first-longest" (right) or "first-shortest" fill a table of suffixes from the end and walk from the start;
+    "last-longest" and "last-shortest" fill a table of prefixes and walk back from the end.
+    """
+    n = len(word)
+    choose = max if most else min
+
+    def fits(start: int, end: int) -> bool:
+        return (first if start == 0 else lookup) + word[start:end] in vocab
+
+    def piece(start: int, end: int) -> str:
+        return (first if start == 0 else output) + word[start:end]
+
+    count: list[int | None] = [None] * (n + 1)
+    if tie.startswith("first"):
+        count[n] = 0  # count[i]: pieces that spell word[i:]
+        for i in range(n - 1, -1, -1):
+            options = [count[end] for end in range(i + 1, n + 1) if count[end] is not None and fits(i, end)]
+            count[i] = choose(options) + 1 if options else None
+        spelled = count[0] is not None
+    else:
+        count[0] = 0  # count[j]: pieces that spell word[:j]
+        for j in range(1, n + 1):
+            options = [count[start] for start in range(j) if count[start] is not None and fits(start, j)]
+            count[j] = choose(options) + 1 if options else None
+        spelled = count[n] is not None
+    if not spelled:
+        if unknown == "empty":
+            return []
+        if unknown == "prefix":
+            longest = max(j for j in range(n + 1) if _fewest(word[:j], vocab, lookup=lookup, first=first) != [UNK]
+                          or j == 0)
+            head = _fewest(word[:longest], vocab, lookup=lookup, output=output, first=first) if longest else []
+            return [*head, UNK]
         return [UNK]
     pieces: list[str] = []
-    start = 0
+    if tie.startswith("first"):
+        i = 0
+        while i < n:
+            ends = range(n, i, -1) if tie == "first-longest" else range(i + 1, n + 1)
+            end = next(e for e in ends if count[e] is not None and fits(i, e) and count[e] == count[i] - 1)
+            pieces.append(piece(i, end))
+            i = end
+        return pieces
+    j = n
+    while j > 0:
+        starts = range(j) if tie == "last-longest" else range(j - 1, -1, -1)
+        start = next(s for s in starts if count[s] is not None and fits(s, j) and count[s] == count[j] - 1)
+        pieces.insert(0, piece(start, j))
+        j = start
+    return pieces
+
+
+def _greedy(word: str, vocab: set[str]) -> list[str]:
+    """Greedy longest-match-first, as section 3 of the notebook and WordPieceTokenizer.wordpiece do it."""
+    pieces, start = [], 0
     while start < len(word):
-        lookup, output = (lookup_prefix, output_prefix) if start else (first_prefix, first_prefix)
-        ends = range(start + 1, len(word) + 1) if shortest else range(len(word), start, -1)
-        end = next((end for end in ends if lookup + word[start:end] in vocab), None)
+        prefix = "##" if start else ""
+        end = next((end for end in range(len(word), start, -1) if prefix + word[start:end] in vocab), None)
         if end is None:
-            if unknown == "word":
-                return [UNK]
-            if unknown == "empty":
-                return []
-            if unknown == "stop":
-                return [*pieces, UNK]
-            pieces.append(UNK)  # "char": one [UNK] for the character, then go on
-            start += 1
-            continue
-        pieces.append(output + word[start:end])
+            return [UNK]
+        pieces.append(prefix + word[start:end])
         start = end
     return pieces
 
 
-def _encode_mistakes(word: str, vocab: set[str], max_chars: int) -> Mistakes:
+def _fewest_mistakes(word: str, vocab: set[str]) -> Mistakes:
     def variant(**mistake: Any) -> Callable[[], list[str]]:
-        return lambda: _greedy(word, vocab, max_chars, **mistake)
+        return lambda: _fewest(word, vocab, **mistake)
 
+    greedy, fewest = _greedy(word, vocab), _fewest(word, vocab)
+    count = "no segmentation" if fewest == [UNK] else f"{len(fewest)} piece{'s' * (len(fewest) > 1)}"
     return [
-        (SHORTEST_HINT, variant(shortest=True)),
-        (BARE_LOOKUP_HINT, variant(lookup_prefix="", output_prefix="")),
-        (BARE_LOOKUP_HINT, variant(lookup_prefix="")),
-        (BARE_OUTPUT_HINT, variant(output_prefix="")),
-        (HASHES_FIRST_HINT, variant(first_prefix="##")),
-        (PARTIAL_UNK_HINT, variant(unknown="char")),
-        (PARTIAL_UNK_HINT, variant(unknown="stop")),
-        (EMPTY_UNK_HINT, variant(unknown="empty")),
-        (LIMIT_IGNORED_HINT, variant(limit="100")),
-        (NO_LIMIT_HINT, variant(limit="none")),
-        (LIMIT_OFF_BY_ONE_HINT, variant(limit=">=")),
+        (GREEDY_HINT.format(greedy=greedy, fewest=fewest, count=count), lambda: greedy),
+        (TIE_LAST_LONGEST_HINT, variant(tie="last-longest")),
+        (TIE_LAST_SHORTEST_HINT, variant(tie="last-shortest")),
+        (TIE_FIRST_SHORTEST_HINT, variant(tie="first-shortest")),
+        (MOST_HINT, variant(most=True)),
+        (FEWEST_BARE_LOOKUP_HINT, variant(lookup="", output="")),
+        (FEWEST_BARE_LOOKUP_HINT, variant(lookup="")),
+        (FEWEST_BARE_OUTPUT_HINT, variant(output="")),
+        (FEWEST_HASHES_FIRST_HINT, variant(first="##")),
+        (FEWEST_PARTIAL_UNK_HINT, variant(unknown="prefix")),
+        (FEWEST_EMPTY_HINT, variant(unknown="empty")),
     ]
 
 
-def _check_encode_case(case: str, solution, words: Sequence[str], vocab: Sequence[str],
-                       max_chars: int | None = None) -> None:
-    tokenizer = WordPieceTokenizer([UNK, *(token for token in dict.fromkeys(vocab) if token != UNK)],
-                                   max_input_chars_per_word=100 if max_chars is None else max_chars)
-    vocab_set = set(tokenizer.vocab)
+def _check_fewest_case(case: str, solution, words: Sequence[str], vocab: Sequence[str]) -> None:
+    vocab_set = set(vocab)
     for word in words:
-        expected = tokenizer.convert_ids_to_tokens(tokenizer.wordpiece(word))
-        arguments = (word, set(vocab_set)) if max_chars is None else (word, set(vocab_set), max_chars)
-        got = call(solution, *arguments)
+        expected = _fewest(word, vocab_set)
+        got = call(solution, word, set(vocab_set))
         if isinstance(got, tuple):
             got = list(got)
         shown = word if len(word) <= 30 else f"{word[:12]}... ({len(word)} characters)"
         word_case = f"{case}, word {shown!r}"
+        if isinstance(got, numbers.Integral) and not isinstance(got, bool):
+            raise Fail(word_case, f"expected a list of str, got {describe(got)}", COUNT_ONLY_HINT)
         if not isinstance(got, list) or not all(isinstance(piece, str) for piece in got):
-            raise Fail(word_case, f"expected a list of str, got {describe(got)}", ENCODE_HINT)
-        mistakes = _encode_mistakes(word, vocab_set, 100 if max_chars is None else max_chars)
-        hint = _name_mistake(got, expected, mistakes, lambda a, b: list(a) == list(b))
-        expect_equal(word_case, expected, got, hint or ENCODE_HINT)
+            raise Fail(word_case, f"expected a list of str, got {describe(got)}", FEWEST_HINT)
+        hint = _name_mistake(got, expected, _fewest_mistakes(word, vocab_set), lambda a, b: list(a) == list(b))
+        expect_equal(word_case, expected, got, hint or FEWEST_HINT)
 
 
 TOY_VOCAB_SIZE = 22
-BOTH_FORMS_VOCAB = ["[UNK]", "u", "##u", "un", "##un", "una", "##una", "##n", "a", "##a", "f", "##f", "##ff", "ffa",
-                    "##ffa", "ffab", "b", "##b", "l", "##l", "e", "##e", "ble", "##ble"]
-"""Every mistake of the encoder gives a different answer on 'unaffable' with this vocabulary."""
+BOTH_FORMS_VOCAB = ["[UNK]", "u", "un", "una", "##u", "##n", "##a", "##f", "##ffa", "##b", "##l", "##e", "##ble",
+                    "ffable"]
+"""'ffable' bare, 'ffa' and 'ble' as continuations: each '##' mistake gives a different answer on 'unaffable'."""
 UNAFFABLE_VOCAB = ["[UNK]", "u", "un", "una", "a", "able", "ffa", "##n", "##a", "##f", "##ff", "##ffa", "##b", "##l",
                    "##e", "##ble", "##able"]
+STUCK_VOCAB = ["[UNK]", "a", "ab", "##bc"]
+"""Greedy takes 'ab' and is stuck at 'c'; 'a ##bc' spells 'abc'."""
+LONGER_VOCAB = ["[UNK]", "a", "ab", "##bcd", "##c", "##d"]
+"""Greedy takes 'ab' and needs '##c ##d' after it: three pieces where 'a ##bcd' takes two."""
+TIES_VOCAB = ["[UNK]", "a", "ab", "abc", "##bcde", "##cd", "##cdef", "##de", "##ef", "##efg", "##fg", "##g"]
+"""Four segmentations of 'abcdefg' in three pieces: each tie rule picks another (the right one is greedy's)."""
+RUN_VOCAB = ["[UNK]", "a", "##a", "##aa", "##aaa", "##aaaa", "##b"]
+"""A run of 'a's can be cut in exponentially many ways: only a search that remembers its results is fast."""
 
 
-@exercise("02.encode_word", "Greedy longest-match-first encoding of one word, with '##' and [UNK]",
-          "f(word: str, vocab: set[str], max_chars: int = 100) -> list[str]  (pieces, or ['[UNK]'])")
-def check_encode_word(solution, rng: np.random.Generator) -> None:
-    """A trained toy vocabulary, a vocabulary that tells longest from shortest, unknown characters, the length
-    limit at 100 and 101 characters and at an explicit max_chars, Unicode, random words and vocabularies."""
-    _check_encode_case(f"a vocabulary with bare and '##' forms, {BOTH_FORMS_VOCAB}", solution, ["unaffable"],
+@exercise("02.fewest_pieces", "The fewest WordPiece pieces, by dynamic programming (ties: longest first piece)",
+          "f(word: str, vocab: set[str]) -> list[str]  (the segmentation with the fewest pieces, '##' after the "
+          "first; among equals the longest first piece, then second ...; or ['[UNK]'])")
+def check_fewest_pieces(solution, rng: np.random.Generator) -> None:
+    """Bare and '##' forms, words where greedy is stuck or needs more pieces, ties of two and three pieces, the toy
+    vocabulary (greedy is optimal there), unknown characters, Unicode, random vocabularies, a long run of one
+    letter that an exhaustive search cannot finish."""
+    _check_fewest_case(f"a vocabulary with bare and '##' forms, {BOTH_FORMS_VOCAB}", solution, ["unaffable"],
                        BOTH_FORMS_VOCAB)
+    _check_fewest_case(f"vocabulary {STUCK_VOCAB}, where greedy is stuck", solution, ["abc"], STUCK_VOCAB)
+    _check_fewest_case(f"vocabulary {LONGER_VOCAB}, where greedy needs more pieces", solution, ["abcd"],
+                       LONGER_VOCAB)
+    _check_fewest_case(f"ties, vocabulary {TIES_VOCAB}", solution, ["abcdefg", "abcde"], TIES_VOCAB)
     toy_vocab = _trainer(TOY_COUNTS).train(TOY_VOCAB_SIZE, show_progress=False)
-    _check_encode_case("the toy vocabulary of notebook 02", solution, ["lowest", "newer", "widest", "slow", "low"],
+    _check_fewest_case("the toy vocabulary of notebook 02", solution, ["lowest", "newer", "widest", "low", "slow"],
                        [UNK, *toy_vocab])
-    _check_encode_case(f"vocabulary {UNAFFABLE_VOCAB}", solution, ["unaffable", "una", "able"], UNAFFABLE_VOCAB)
-    _check_encode_case(f"an unknown character inside a word, vocabulary {UNAFFABLE_VOCAB}", solution,
-                       ["un☃able", "unablex"], UNAFFABLE_VOCAB)
-    _check_encode_case(f"a word no piece starts, vocabulary {UNAFFABLE_VOCAB}", solution, ["ble"], UNAFFABLE_VOCAB)
-    long_vocab = [UNK, "a", "##a", "##aaaa", "b", "##b"]
-    _check_encode_case(f"words of 100 and 101 characters, vocabulary {long_vocab}", solution,
-                       ["a" * 100, "a" * 101, "ab" * 50 + "a"], long_vocab)
-    _check_encode_case(f"max_chars=8, vocabulary {long_vocab}", solution, ["aaaaaaab", "aaaaaaaab"], long_vocab,
-                       max_chars=8)
-    accented = [UNK, "caf", "##é", "naïve", "東", "##s", "c", "##a", "##f"]
-    _check_encode_case(f"Unicode, vocabulary {accented}", solution, ["café", "cafés", "東", "naïve", "東s"], accented)
+    _check_fewest_case(f"vocabulary {UNAFFABLE_VOCAB}", solution, ["unaffable", "una", "able"], UNAFFABLE_VOCAB)
+    _check_fewest_case(f"an unknown character, a word no piece starts, vocabulary {UNAFFABLE_VOCAB}", solution,
+                       ["un☃able", "unablex", "ble"], UNAFFABLE_VOCAB)
+    accented = [UNK, "caf", "##é", "naïve", "東", "##s", "c", "##a", "##f", "##fé", "ca"]
+    _check_fewest_case(f"Unicode, vocabulary {accented}", solution, ["café", "cafés", "東", "naïve", "東s"], accented)
     for _ in range(2):
         alphabet = "abcd"
-        characters = [c for c in alphabet if rng.random() < 0.9]
         pieces = {_random_word(rng, alphabet, 2, 4) for _ in range(8)}
-        vocab = [UNK, *characters, *("##" + c for c in alphabet if rng.random() < 0.9),
+        vocab = [UNK, *(c for c in alphabet if rng.random() < 0.8), *("##" + c for c in alphabet if rng.random() < 0.8),
                  *sorted(pieces), *sorted("##" + piece for piece in pieces if rng.random() < 0.7)]
         words = [_random_word(rng, alphabet, 1, 10) for _ in range(6)]
-        _check_encode_case(f"random vocabulary {vocab}", solution, words, vocab)
+        _check_fewest_case(f"random vocabulary {vocab}", solution, words, vocab)
+    _check_fewest_case(f"a run of 41 'a's and a 'b', vocabulary {RUN_VOCAB}", solution, ["a" * 41 + "b"], RUN_VOCAB)

@@ -454,6 +454,7 @@ def test_predict_reads_csv_through_the_one_reader_and_names_bad_files(tiny_check
     assert "classifier.json: not valid JSON" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_two_processes_make_the_requested_epochs_not_twice_as_many(tiny_checkpoint, tmp_path):
     data = write_binary_csv(tmp_path / "comments.csv", n=91)  # 64 training, 9 validation, 18 test comments
     out = tmp_path / "model"

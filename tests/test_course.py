@@ -166,6 +166,7 @@ def test_only_with_no_match_exits_non_zero_and_names_what_there_is():
     assert "no notebooks matching 99" in result.stderr and "00_introduction.ipynb" in result.stderr
 
 
+@pytest.mark.slow
 def test_the_runner_reports_plain_status_and_runs_solutions(tmp_path):
     notebooks = tmp_path / "notebooks"
     (notebooks / "solutions").mkdir(parents=True)

@@ -85,6 +85,7 @@ def test_load_d2l_returns_d2l_torch():
     assert importlib.util.find_spec("torchvision") == spec_before
 
 
+@pytest.mark.slow
 def test_a_fresh_interpreter_sees_the_same_torchvision_and_bert_after_loading_d2l():
     pytest.importorskip("d2l")
     pytest.importorskip("transformers")

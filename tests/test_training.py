@@ -344,6 +344,7 @@ def test_clear_errors_on_bad_input():
 # -- distributed -----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ddp_two_processes_match_one_and_resume(tmp_path):
     out = tmp_path / "ddp.pt"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}

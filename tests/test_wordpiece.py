@@ -83,7 +83,7 @@ def test_sample_corpus_and_comments_match_reference(tok, reference):
     assert_same_ids(tok, reference, documents + comments)
 
 
-@pytest.mark.skipif(not REAL_COMMENTS.is_file(), reason="real Jigsaw comments are not in ../shared/data")
+@pytest.mark.shared_data  # runs with --shared-data, and fails where ../shared/data lacks the file
 def test_real_comments_match_reference(tok, reference):
     with REAL_COMMENTS.open(newline="", encoding="utf-8") as file:
         comments = [row["comment_text"] for row in csv.DictReader(file)]

@@ -156,6 +156,7 @@ def _transformers_states(folder, cls=transformers.BertModel):
     return batch, expected
 
 
+@pytest.mark.slow
 def test_the_learners_bert_equals_transformers_on_real_minilm_weights(minilm_folder, capsys):
     reference = hf.from_pretrained(minilm_folder, cls=BertModel, verbose=False)
     your_bert = exercises.assemble_bert(reference.config, SOLUTIONS).load_weights(reference).eval()
@@ -228,6 +229,7 @@ def test_an_encoder_layer_with_other_names_is_told_which_keys(capsys):
     assert not result.passed and "missing from your layer: ffn.up.weight" in result.message, result.message
 
 
+@pytest.mark.slow
 def test_the_learners_bert_runs_under_bertlibs_pretraining_heads_and_trains(tiny_config, padded_batch):
     torch.manual_seed(0)
     model = with_encoder(BertForPreTraining(tiny_config), exercises.assemble_bert(tiny_config, SOLUTIONS, quiet=True))
@@ -242,6 +244,7 @@ def test_the_learners_bert_runs_under_bertlibs_pretraining_heads_and_trains(tiny
     assert losses[-1] < losses[0]
 
 
+@pytest.mark.slow
 def test_kept_pieces_come_back_from_their_files_and_assemble_the_same_bert(tmp_path, tiny_config, padded_batch,
                                                                            capsys):
     for exercise_id, solution in SOLUTIONS.items():

@@ -39,6 +39,12 @@ def _normal(rng: np.random.Generator, shape: tuple[int, ...], scale: float = 1.0
     return torch.from_numpy(rng.normal(scale=scale, size=shape)).to(dtype)
 
 
+def _random_qkv(rng: np.random.Generator, shape: tuple[int, ...], dtype: torch.dtype = torch.float32
+                ) -> list[torch.Tensor]:
+    """Query, key and value: three independent normal tensors of one shape."""
+    return [_normal(rng, shape, dtype=dtype) for _ in range(3)]
+
+
 def _key_mask(lengths: list[int], seq_len: int) -> torch.Tensor:
     """(batch, seq) bool, True at the first `length` positions of each row (real tokens), False after."""
     return torch.arange(seq_len)[None, :] < torch.tensor(lengths)[:, None]
@@ -262,18 +268,15 @@ def _check_attention_case(case: str, solution, q: torch.Tensor, k: torch.Tensor,
           "(batch, seq) bool, True = real token; returns (batch, heads, seq, head_dim)")
 def check_attention(solution, rng: np.random.Generator) -> None:
     """Padded float32, one key per sequence, an all-padding sequence, then float16 with all of them."""
-    def qkv(shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
-        return [_normal(rng, shape, dtype=dtype) for _ in range(3)]
-
     _check_attention_case("float32, 3 sequences of 6 positions with 6, 4 and 1 real tokens, 2 heads, head_dim 16",
-                          solution, *qkv((3, 2, 6, 16)), _key_mask([6, 4, 1], 6))
+                          solution, *_random_qkv(rng, (3, 2, 6, 16)), _key_mask([6, 4, 1], 6))
     _check_attention_case("float32, length 1: 2 sequences of one token, 3 heads, head_dim 8", solution,
-                          *qkv((2, 3, 1, 8)), _key_mask([1, 1], 1))
+                          *_random_qkv(rng, (2, 3, 1, 8)), _key_mask([1, 1], 1))
     _check_attention_case("float32, 2 sequences of 5 positions: sequence 0 is all padding, sequence 1 has 3 real "
-                          "tokens (any finite output is accepted for sequence 0)", solution, *qkv((2, 2, 5, 8)),
-                          _key_mask([0, 3], 5))
+                          "tokens (any finite output is accepted for sequence 0)", solution,
+                          *_random_qkv(rng, (2, 2, 5, 8)), _key_mask([0, 3], 5))
     _check_attention_case("float16, 3 sequences of 5 positions with 5, 2 and 0 real tokens, 2 heads, head_dim 32",
-                          solution, *qkv((3, 2, 5, 32), torch.float16), _key_mask([5, 2, 0], 5), atol=2e-2,
+                          solution, *_random_qkv(rng, (3, 2, 5, 32), torch.float16), _key_mask([5, 2, 0], 5), atol=2e-2,
                           rtol=2e-2)
 
 
@@ -396,22 +399,20 @@ def _check_causal_case(case: str, solution, q: torch.Tensor, k: torch.Tensor, v:
           "j <= i; returns (batch, heads, seq, head_dim)")
 def check_causal_attention(solution, rng: np.random.Generator) -> None:
     """Right padding, left padding, length 1, an all-padding sequence, then float16 left-padded."""
-    def qkv(shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
-        return [_normal(rng, shape, dtype=dtype) for _ in range(3)]
-
     _check_causal_case("float32, right padding: 3 sequences of 6 positions with 6, 4 and 1 real tokens, 2 heads, "
-                       "head_dim 16", solution, *qkv((3, 2, 6, 16)), _key_mask([6, 4, 1], 6))
+                       "head_dim 16", solution, *_random_qkv(rng, (3, 2, 6, 16)), _key_mask([6, 4, 1], 6))
     _check_causal_case("float32, left padding (the real tokens at the end, as in a GPT batch for generation): 3 "
                        "sequences of 7 positions with 7, 4 and 2 real tokens, 2 heads, head_dim 8; a padded query "
                        "before the first real token sees no allowed key (any finite output is accepted there)",
-                       solution, *qkv((3, 2, 7, 8)), _left_mask([7, 4, 2], 7))
+                       solution, *_random_qkv(rng, (3, 2, 7, 8)), _left_mask([7, 4, 2], 7))
     _check_causal_case("float32, length 1: 2 sequences of one token, 3 heads, head_dim 8", solution,
-                       *qkv((2, 3, 1, 8)), _key_mask([1, 1], 1))
+                       *_random_qkv(rng, (2, 3, 1, 8)), _key_mask([1, 1], 1))
     _check_causal_case("float32, 2 sequences of 5 positions: sequence 0 is all padding (any finite output is "
-                       "accepted), sequence 1 has 3 real tokens", solution, *qkv((2, 2, 5, 8)), _key_mask([0, 3], 5))
+                       "accepted), sequence 1 has 3 real tokens", solution, *_random_qkv(rng, (2, 2, 5, 8)),
+                       _key_mask([0, 3], 5))
     _check_causal_case("float16, left padding: 3 sequences of 6 positions with 6, 3 and 0 real tokens, 2 heads, "
-                       "head_dim 32", solution, *qkv((3, 2, 6, 32), torch.float16), _left_mask([6, 3, 0], 6),
-                       atol=2e-2, rtol=2e-2)
+                       "head_dim 32", solution, *_random_qkv(rng, (3, 2, 6, 32), torch.float16),
+                       _left_mask([6, 3, 0], 6), atol=2e-2, rtol=2e-2)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -501,20 +502,18 @@ def _check_alibi_case(case: str, solution, q: torch.Tensor, k: torch.Tensor, v: 
           "m_h = 2^(-8h/heads), h = 1 .. heads; returns (batch, heads, seq, head_dim)")
 def check_alibi_attention(solution, rng: np.random.Generator) -> None:
     """4 heads on a padded batch, 8 heads (slopes 1/2 .. 1/256), length 1, an all-padding sequence, float16."""
-    def qkv(shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
-        return [_normal(rng, shape, dtype=dtype) for _ in range(3)]
-
     _check_alibi_case("float32, 3 sequences of 6 positions with 6, 4 and 1 real tokens, 4 heads (slopes 1/4, 1/16, "
-                      "1/64, 1/256), head_dim 16", solution, *qkv((3, 4, 6, 16)), _key_mask([6, 4, 1], 6))
+                      "1/64, 1/256), head_dim 16", solution, *_random_qkv(rng, (3, 4, 6, 16)), _key_mask([6, 4, 1], 6))
     _check_alibi_case("float32, 8 heads (slopes 1/2, 1/4, ..., 1/256): 2 sequences of 10 positions with 10 and 7 "
-                      "real tokens, head_dim 8", solution, *qkv((2, 8, 10, 8)), _key_mask([10, 7], 10))
+                      "real tokens, head_dim 8", solution, *_random_qkv(rng, (2, 8, 10, 8)), _key_mask([10, 7], 10))
     _check_alibi_case("float32, length 1: 2 sequences of one token, 2 heads, head_dim 8", solution,
-                      *qkv((2, 2, 1, 8)), _key_mask([1, 1], 1))
+                      *_random_qkv(rng, (2, 2, 1, 8)), _key_mask([1, 1], 1))
     _check_alibi_case("float32, 2 sequences of 5 positions: sequence 0 is all padding (any finite output is "
-                      "accepted), sequence 1 has 3 real tokens, 2 heads", solution, *qkv((2, 2, 5, 8)),
+                      "accepted), sequence 1 has 3 real tokens, 2 heads", solution, *_random_qkv(rng, (2, 2, 5, 8)),
                       _key_mask([0, 3], 5))
     _check_alibi_case("float16, 3 sequences of 5 positions with 5, 2 and 0 real tokens, 4 heads, head_dim 32",
-                      solution, *qkv((3, 4, 5, 32), torch.float16), _key_mask([5, 2, 0], 5), atol=2e-2, rtol=2e-2)
+                      solution, *_random_qkv(rng, (3, 4, 5, 32), torch.float16), _key_mask([5, 2, 0], 5),
+                      atol=2e-2, rtol=2e-2)
 
 
 # --------------------------------------------------------------------------------------------------

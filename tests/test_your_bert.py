@@ -227,6 +227,7 @@ def test_an_encoder_layer_with_other_names_is_told_which_keys(capsys):
 
     result = exercises.check("05.encoder_layer", SequentialLayer)
     assert not result.passed and "missing from your layer: ffn.up.weight" in result.message, result.message
+    assert "in your layer but not in bertlib's: ffn.0.weight" in result.message
 
 
 @pytest.mark.slow

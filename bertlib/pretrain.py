@@ -1,7 +1,7 @@
 """Pretrain BERT with MLM + NSP from a folder of documents: the command line (bertlib.pretraining_run does the work).
 
     python -m bertlib.pretrain --config mini --corpus PATH --vocab PATH --out DIR
-        [--steps 10000] [--batch-size 32] [--seq-len 128] [--lr 1e-4] [--whole-word] [--dupe-factor 5] ...
+        [--steps 10000 | --minutes M] [--batch-size 32] [--seq-len 128] [--lr 1e-4] [--whole-word] ...
     torchrun --nproc_per_node=N -m bertlib.pretrain ...    (the same, data-parallel; --batch-size per process)
 
 --corpus is what bertlib.corpus.load_corpus reads (a folder of .txt files, one document per file, or one
@@ -11,6 +11,15 @@ corpus) or `auto` (the first of those three that is there); --max-documents keep
 --vocab is a vocab.txt (notebook 02 writes one). Without --vocab, a WordPiece vocabulary of --vocab-size
 tokens is trained on the corpus and saved as DIR/vocab.txt. Some documents (--eval-fraction)
 are held out, and their MLM/NSP loss and accuracy are measured every --eval-every steps.
+
+--minutes M gives the run a time budget instead of a step count: before the real run, a short timing probe
+(bertlib.time_budget: one warm-up step, then a few timed steps of a throwaway copy of the model, with its own
+optimizer, on the real batches) measures the seconds per step, and the run gets as many steps as fit in M
+minutes (at least 1; at most --steps when both are given). It prints one line with the probe's seconds per
+step and the step count chosen, and run.json records that count. The count is fixed once: the learning-rate
+schedule (warmup, then linear decay to 0) is built for it and never changes during the run. The budget covers
+the training steps; the probe, the data preparation, evaluation and checkpoints come on top. A resumed run
+keeps the step count run.json records (no new probe) and says so.
 
 Checkpoints go to DIR/checkpoint-{step}.pt (bertlib.trainer.Trainer: model, optimizer, schedule, RNG
 states, data position); run the same command again and it resumes from the newest one, with the same
@@ -34,10 +43,11 @@ large-batch optimizers.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from .config import BertConfig
-from .pretraining_run import run_pretraining
+from .pretraining_run import DEFAULT_STEPS, run_pretraining
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -50,7 +60,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--vocab", default=None, help="vocab.txt (default: train one on the corpus)")
     parser.add_argument("--vocab-size", type=int, default=8000, help="size of a vocabulary trained here")
     parser.add_argument("--out", required=True, help="folder for checkpoints, run.json, history.csv, pretrained/")
-    parser.add_argument("--steps", type=int, default=10_000, help="optimizer steps in all (may grow on resume)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help=f"optimizer steps in all (default {DEFAULT_STEPS:,}; may grow on resume); with "
+                             "--minutes, an upper bound on the steps the time budget gives")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="time budget: a short timing probe fixes the step count once, before the run "
+                             "(the schedule is built for it); a resume keeps the count run.json records")
     parser.add_argument("--batch-size", type=int, default=32, help="sentence pairs per step and process")
     parser.add_argument("--seq-len", type=int, default=128, help="tokens per pair, [CLS] and [SEP]s included")
     parser.add_argument("--lr", type=float, default=1e-4)
@@ -81,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.max_documents is not None and args.max_documents < 2:
         raise SystemExit(f"--max-documents must be at least 2 (NSP needs two documents), got {args.max_documents}")
+    if args.minutes is not None and not (math.isfinite(args.minutes) and args.minutes > 0):
+        raise SystemExit(f"--minutes must be a finite number of minutes > 0, got {args.minutes}")
+    if args.steps is not None and args.steps < 1:
+        raise SystemExit(f"--steps must be at least 1, got {args.steps}")
     if not 5 <= args.seq_len <= 512:
         raise SystemExit(f"--seq-len must be between 5 and 512 (the position table's size), got {args.seq_len}")
     return run_pretraining(args)

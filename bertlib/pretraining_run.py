@@ -6,7 +6,9 @@
 Everything a run can be refused for is checked before the first step: the output folder (a file in the way,
 not writable, another live run holding its lock), a resume whose data, model or optimizer arguments differ
 from the ones in OUT/run.json (each named by its flag), a vocabulary with nothing but special tokens, and a
-corpus too small to fill one batch. A non-finite loss stops the run without exporting the model; Ctrl-C
+corpus too small to fill one batch. With --minutes, a timing probe (bertlib.time_budget) fixes the step count
+once, before the Trainer is built, so the learning-rate schedule never changes during the run; a resume keeps
+the count OUT/run.json records. A non-finite loss stops the run without exporting the model; Ctrl-C
 saves a checkpoint and exits with status 130.
 
 The recipe is BERT's (Devlin et al. 2019, appendix A.2): AdamW, peak lr 1e-4 with warmup and linear decay,
@@ -18,6 +20,7 @@ Leaves out: the paper's second phase at sequence 512 (this always starts a new m
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -33,12 +36,15 @@ from .mlm import MaskingCollator, pretraining_metrics
 from .model import BertForPreTraining
 from .nsp import PretrainingDataset, create_instances_from_ids, tokenize_documents
 from .run_lock import RunLock, RunLockedError
+from .time_budget import fit_steps_to_budget
 from .trainer import NonFiniteLossError, Trainer
 from .training_config import TrainingConfig
 from .wordpiece import WordPieceTokenizer
 from .wordpiece_trainer import train_wordpiece
 
 PROG = "python -m bertlib.pretrain"
+DEFAULT_STEPS = 10_000  # --steps without --minutes
+PROBE_STEPS = 5  # steps a --minutes probe times, after one warm-up step
 # Arguments that decide the data, the model or the optimizer's state: a resumed run must keep them.
 FIXED_ON_RESUME = ("config", "corpus", "max_documents", "vocab", "seq_len", "batch_size", "mlm_probability",
                    "max_predictions", "whole_word", "dupe_factor", "short_seq_prob", "eval_fraction", "seed",
@@ -72,6 +78,38 @@ def check_resume(out: Path, args: dict[str, Any]) -> list[str]:
         return [f"--steps was {saved.get('steps')}, now {args['steps']}: the learning rate now decays to 0 at "
                 f"step {args['steps']}"]
     return []
+
+
+def recorded_steps(out: Path) -> int | None:
+    """The step count out/run.json records for the run a checkpoint in `out` belongs to (None: nothing to resume)."""
+    path = out / "run.json"
+    if latest_checkpoint(out) is None or not path.is_file():
+        return None
+    try:
+        steps = json.loads(path.read_text(encoding="utf-8"))["args"]["steps"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # check_resume says what is wrong with it
+    return steps if isinstance(steps, int) and steps >= 1 else None
+
+
+def resolve_steps(args: argparse.Namespace, out: Path) -> str | None:
+    """Settle args.steps where no probe is needed (no --minutes, or a resume); a line to print, if any.
+
+    Without --minutes: --steps or DEFAULT_STEPS. With --minutes and a run to resume: the count run.json
+    records, capped by --steps when given. With --minutes on a fresh run args.steps stays as given (None
+    or the cap) and _train_and_export fixes it from the probe.
+    """
+    if args.minutes is None:
+        if args.steps is None:
+            args.steps = DEFAULT_STEPS
+        return None
+    recorded = recorded_steps(out)
+    if recorded is None:
+        return None
+    args.steps = recorded if args.steps is None else min(recorded, args.steps)
+    capped = f", capped by --steps at {args.steps:,}" if args.steps != recorded else ""
+    return (f"--minutes {args.minutes:g}: resuming, so the run keeps the {recorded:,} steps that "
+            f"{out / 'run.json'} records{capped} (no new timing probe)")
 
 
 def load_texts(corpus: str, max_documents: int | None) -> tuple[list[str], str]:
@@ -154,13 +192,16 @@ def run_pretraining(args: argparse.Namespace) -> int:
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     is_main = rank == 0
     out = Path(args.out)
-    settings = dict(vars(args))
     lock = RunLock(out)
     try:
         if is_main:
             check_out_dir(out)
             lock.acquire()
-        for note in check_resume(out, settings):
+        said = resolve_steps(args, out)
+        if said is not None and is_main:
+            print(said)
+        settings = dict(vars(args))
+        for note in (check_resume(out, settings) if settings["steps"] is not None else []):
             print(f"{PROG}: {note}", file=sys.stderr)
         return _train_and_export(args, out, settings, is_main, world_size)
     except (OutDirError, RunLockedError, PretrainError, NonFiniteLossError) as error:
@@ -170,6 +211,11 @@ def run_pretraining(args: argparse.Namespace) -> int:
         return 130
     finally:
         lock.release()
+        if args.minutes is not None and world_size > 1:
+            import torch.distributed as dist
+
+            if dist.is_initialized():  # joined by the timing probe (bertlib.time_budget); no Trainer owns it
+                dist.destroy_process_group()
 
 
 def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, Any], is_main: bool,
@@ -200,12 +246,19 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
                                attention_dropout_prob=args.dropout)
     model = BertForPreTraining(config)
     training = TrainingConfig(
-        max_steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup_ratio=args.warmup_ratio,
+        max_steps=args.steps or 1, batch_size=args.batch_size, lr=args.lr, warmup_ratio=args.warmup_ratio,
         precision=args.precision, compile=args.compile, eval_every=args.eval_every, log_every=args.log_every,
         checkpoint_every=args.checkpoint_every, out_dir=out, seed=args.seed, device=args.device,
         progress=is_main,
     )
     collate = (lambda items: {**collator(items), "sparse_mlm": False}) if args.dense_mlm else collator
+    if args.steps is None or (args.minutes is not None and latest_checkpoint(out) is None):
+        budget = fit_steps_to_budget(model, training, train, collate, seconds=args.minutes * 60,
+                                     maximum=args.steps, probe_steps=PROBE_STEPS, metrics_fn=pretraining_metrics)
+        if is_main:
+            print(f"--minutes {args.minutes:g}: {budget.line()}")
+        args.steps = settings["steps"] = budget.steps
+        training = dataclasses.replace(training, max_steps=budget.steps)
     trainer = Trainer(model, training, train, collate, eval_dataset=evaluation, metrics_fn=pretraining_metrics)
     if is_main:
         resume = latest_checkpoint(out)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
-from bertlib import pretrain
+from bertlib import pretrain, time_budget
 from bertlib.checkpoint import list_checkpoints
 from bertlib.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
 from bertlib.wordpiece_trainer import train_wordpiece
@@ -34,10 +35,11 @@ def vocab(corpus, tmp_path_factory):
     return path
 
 
-def run(corpus, vocab, out, *extra: str) -> int:
-    """The CLI on the tiny model, in this process."""
+def run(corpus, vocab, out, *extra: str, steps: str | None = "3") -> int:
+    """The CLI on the tiny model, in this process (steps=None: no --steps)."""
     return pretrain.main(["--config", "tiny", "--corpus", str(corpus), "--vocab", str(vocab), "--out", str(out),
-                          "--steps", "3", "--batch-size", "4", "--seq-len", "32", "--dupe-factor", "1",
+                          *(["--steps", steps] if steps else []), "--batch-size", "4", "--seq-len", "32",
+                          "--dupe-factor", "1",
                           "--eval-fraction", "0", "--checkpoint-every", "1", "--log-every", "1", "--device", "cpu",
                           *extra])
 
@@ -95,3 +97,62 @@ def test_a_named_source_that_cannot_be_had_says_what_to_do(vocab, tmp_path, monk
         run("wikitext", vocab, tmp_path / "run")
     with pytest.raises(SystemExit, match="--max-documents must be at least 2"):
         run("sample", vocab, tmp_path / "run", "--max-documents", "1")
+
+
+def probe_says(monkeypatch, seconds_per_step: float) -> list[int]:
+    """Make the timing probe report `seconds_per_step`; the list it returns counts the probes."""
+    probes = []
+
+    def fake(*args, **kwargs):
+        probes.append(kwargs["probe_steps"])
+        return seconds_per_step
+
+    monkeypatch.setattr(time_budget, "time_steps", fake)
+    return probes
+
+
+def test_minutes_fix_the_steps_once_from_the_probe_and_the_lr_never_rises_after_warmup(corpus, vocab, tmp_path,
+                                                                                       capsys, monkeypatch):
+    probes = probe_says(monkeypatch, 0.25)
+    out = tmp_path / "run"
+    assert run(corpus, vocab, out, "--minutes", "0.05", "--warmup-ratio", "0.25", steps=None) == 0  # 3 s / 0.25
+    said = capsys.readouterr().out
+    assert len(probes) == 1 and "0.25 s per step" in said and "-> 12 steps" in said
+    assert json.loads((out / "run.json").read_text())["args"]["steps"] == 12
+    assert list_checkpoints(out)[-1].name == "checkpoint-12.pt"
+    lr = pd.read_csv(out / "history.csv")["lr"].tolist()
+    assert len(lr) == 12
+    peak = lr.index(max(lr))
+    assert peak <= 3 and all(later <= earlier for earlier, later in zip(lr[peak:], lr[peak + 1:], strict=False))
+    assert lr[-1] < max(lr)
+
+    # a resume keeps the 12 steps run.json records: no new probe, whatever --minutes says now
+    list_checkpoints(out)[-1].unlink()  # back to checkpoint-11
+    assert run(corpus, vocab, out, "--minutes", "5", "--warmup-ratio", "0.25", steps=None) == 0
+    said = capsys.readouterr().out
+    assert len(probes) == 1 and "keeps the 12 steps" in said and "no new timing probe" in said
+    assert list_checkpoints(out)[-1].name == "checkpoint-12.pt"
+    assert json.loads((out / "run.json").read_text())["args"]["steps"] == 12
+    assert pd.read_csv(out / "history.csv")["lr"].tolist() == pytest.approx(lr)
+
+
+def test_steps_cap_what_the_minutes_give(corpus, vocab, tmp_path, capsys, monkeypatch):
+    probe_says(monkeypatch, 0.01)  # 300 steps would fit in 3 s
+    assert run(corpus, vocab, tmp_path / "run", "--minutes", "0.05", steps="2") == 0
+    assert "at most 2" in capsys.readouterr().out
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["args"]["steps"] == 2
+
+
+@pytest.mark.parametrize("minutes", ["0", "-1", "nan", "inf"])
+def test_minutes_that_are_not_a_positive_finite_number_are_a_one_line_error(corpus, vocab, tmp_path, minutes):
+    with pytest.raises(SystemExit) as refused:
+        run(corpus, vocab, tmp_path / "run", "--minutes", minutes)
+    message = str(refused.value)
+    assert message.startswith("--minutes must be a finite number") and "\n" not in message
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_help_says_steps_cap_the_minutes(capsys):
+    with pytest.raises(SystemExit):
+        pretrain.main(["--help"])
+    assert "upper bound" in " ".join(capsys.readouterr().out.split())

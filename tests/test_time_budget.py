@@ -1,0 +1,89 @@
+"""bertlib.time_budget: the step count follows the probe's timing; the probe leaves the model and the RNGs alone."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import pytest
+import torch
+from ddp_worker import classification_data, classifier, stack
+
+from bertlib import time_budget
+from bertlib.time_budget import StepBudget, fit_steps_to_budget, steps_in_budget, time_steps
+from bertlib.training_config import TrainingConfig
+
+
+def config(**changes) -> TrainingConfig:
+    """A CPU run of the tiny classifier, quiet."""
+    return TrainingConfig(**{"max_steps": 1, "batch_size": 4, "device": "cpu", "precision": "fp32",
+                             "progress": False, **changes})
+
+
+def ticking(seconds_per_call: float):
+    """A fake clock that advances by `seconds_per_call` at each reading."""
+    counter = itertools.count()
+    return lambda: next(counter) * seconds_per_call
+
+
+def test_steps_in_budget_is_the_floor_within_the_bounds():
+    assert steps_in_budget(60, 0.5) == 120
+    assert steps_in_budget(60, 0.7) == 85
+    assert steps_in_budget(1.5, 0.5) == 3  # exactly three steps fit: no rounding down to 2
+    assert steps_in_budget(60, 0.5, maximum=100) == 100
+    assert steps_in_budget(1, 10, minimum=5) == 5
+    for bad in (0, -1, math.nan, math.inf):
+        with pytest.raises(ValueError, match="finite number > 0"):
+            steps_in_budget(bad, 0.5)
+
+
+def test_the_probe_reads_the_clock_around_the_timed_steps_only():
+    # the fake clock advances 3 s at each reading and is read twice, around the 2 timed steps: 1.5 s per step
+    budget = fit_steps_to_budget(classifier(), config(), classification_data(8), stack, seconds=60, probe_steps=2,
+                                 clock=ticking(3.0))
+    assert budget.seconds_per_step == pytest.approx(1.5) and budget.steps == 40
+
+
+def test_the_chosen_steps_follow_the_probe(monkeypatch):
+    model, data = classifier(), classification_data(8)
+    for per_step in (0.01, 0.5, 0.7, 2.0):
+        monkeypatch.setattr(time_budget, "time_steps", lambda *args, seconds=per_step, **kwargs: seconds)
+        budget = fit_steps_to_budget(model, config(), data, stack, seconds=60)
+        assert budget.seconds_per_step == per_step
+        assert budget.steps == math.floor(60 / per_step + 1e-9)
+        assert budget.steps * per_step <= 60 < (budget.steps + 1) * per_step
+    monkeypatch.setattr(time_budget, "time_steps", lambda *args, **kwargs: 0.01)
+    capped = fit_steps_to_budget(model, config(), data, stack, seconds=60, maximum=50)
+    assert capped.steps == 50 and "at most 50" in capped.line()
+    monkeypatch.setattr(time_budget, "time_steps", lambda *args, **kwargs: 10.0)
+    floor = fit_steps_to_budget(model, config(), data, stack, seconds=1, minimum=7)
+    assert floor.steps == 7 and "at least 7" in floor.line()
+
+
+def test_a_real_probe_times_a_copy_and_gives_the_rngs_back():
+    data = classification_data(16)
+    model = classifier()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    random.seed(5)
+    torch.manual_seed(5)
+    expected = (random.random(), torch.rand(3))
+    random.seed(5)
+    torch.manual_seed(5)
+    per_step = time_steps(model, config(), data, stack, probe_steps=2)
+    assert per_step > 0 and math.isfinite(per_step)
+    assert random.random() == expected[0] and torch.equal(torch.rand(3), expected[1])
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key]), f"the probe changed {key} of the caller's model"
+
+
+def test_the_line_names_the_seconds_per_step_and_the_steps():
+    line = StepBudget(steps=1234, seconds_per_step=0.0456, seconds=60, probe_steps=5).line()
+    assert "0.0456 s per step" in line and "1,234 steps" in line and "60 s" in line
+
+
+def test_a_bad_budget_is_refused_before_any_probe(monkeypatch):
+    monkeypatch.setattr(time_budget, "time_steps", lambda *a, **k: pytest.fail("probed"))
+    for bad in (0, -2, math.nan, math.inf, "soon"):
+        with pytest.raises(ValueError, match="finite number > 0"):
+            fit_steps_to_budget(classifier(), config(), classification_data(8), stack, seconds=bad)

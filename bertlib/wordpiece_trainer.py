@@ -3,7 +3,10 @@
 `train_wordpiece` (with `WordPieceTrainer` for step-by-step use) starts from the characters (word-initial
 ones and "##" continuations) and repeatedly merges the adjacent pair with the highest score
 count(ab) / (count(a) * count(b)) until the vocabulary has `vocab_size` tokens. The words come from
-bertlib.wordpiece's BasicTokenizer, exactly as the encoder will see them.
+bertlib.wordpiece's BasicTokenizer, exactly as the encoder will see them. With score="frequency" the score is
+the pair count alone (BPE's rule, as `tokenizers`' WordPieceTrainer merges): common words such as "the" then
+become single pieces early, which a small corpus needs for a model to learn context (benchmarks/README.md,
+"CPU pretraining recipe").
 
 Reference: the score is the one described in Hugging Face's NLP course, chapter 6 ("WordPiece
 tokenization"); Google never published its trainer, and `tokenizers`' own WordPieceTrainer merges by
@@ -19,8 +22,12 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import Literal
 
 from .wordpiece import SPECIAL_TOKENS, BasicTokenizer
+
+Score = Literal["likelihood", "frequency"]
+SCORES = ("likelihood", "frequency")
 
 
 @dataclass(frozen=True)
@@ -36,7 +43,8 @@ class Merge:
 
 @dataclass(frozen=True)
 class PairScore:
-    """A candidate merge: the pair's count, its parts' counts and score = count / (left_count * right_count)."""
+    """A candidate merge: the pair's count, its parts' counts and its score (count / (left_count * right_count),
+    or the count itself with score="frequency")."""
 
     left: str
     right: str
@@ -65,6 +73,7 @@ class WordPieceTrainer:
     `min_frequency` times are never merged: with min_frequency=1 (the bare algorithm) a pair of two
     characters that each occur once scores the maximum, 1, so rare strings win the early merges and
     common words stay split ("t ##h ##e"); notebook 02 measures this, and the default of 3 is its choice.
+    score="frequency" ranks pairs by count(ab) alone (ties as above): the most frequent pair is merged first.
 
     Counts are updated incrementally: a merge only revisits the words that contain the pair, and
     re-scores the pairs whose count or whose parts' counts changed. A heap orders the pairs by score;
@@ -73,9 +82,12 @@ class WordPieceTrainer:
     """
 
     def __init__(self, counts: Mapping[str, int], special_tokens: Sequence[str] = SPECIAL_TOKENS,
-                 min_frequency: int = 3) -> None:
+                 min_frequency: int = 3, score: Score = "likelihood") -> None:
         if min_frequency < 1:
             raise ValueError(f"min_frequency must be at least 1, not {min_frequency}")
+        if score not in SCORES:
+            raise ValueError(f"score must be one of {SCORES}, not {score!r}")
+        self.score = score
         self.min_frequency = min_frequency
         self.words = [word for word, count in counts.items() if count > 0 and word]
         self.word_counts = [counts[word] for word in self.words]
@@ -116,6 +128,8 @@ class WordPieceTrainer:
     def _key(self, pair: tuple[str, str]) -> tuple[float, int, str, str]:
         """Heap order: highest score first, then highest count, then alphabetical."""
         count = self._pair_count[pair]
+        if self.score == "frequency":
+            return -count, -count, pair[0], pair[1]
         score = count / (self._token_count[pair[0]] * self._token_count[pair[1]])
         return -score, -count, pair[0], pair[1]
 
@@ -214,11 +228,13 @@ def _merge_in(split: list[str], left: str, right: str, token: str) -> list[str] 
 
 def train_wordpiece(texts: Iterable[str], vocab_size: int = 8000, lowercase: bool = True,
                     strip_accents: bool | None = None, min_frequency: int = 3,
-                    special_tokens: Sequence[str] = SPECIAL_TOKENS, show_progress: bool = True) -> list[str]:
+                    special_tokens: Sequence[str] = SPECIAL_TOKENS, show_progress: bool = True,
+                    score: Score = "likelihood") -> list[str]:
     """Learn a WordPiece vocabulary of up to vocab_size tokens from raw texts (special tokens first).
 
-    Fewer tokens come back when no pair seen min_frequency times is left (see WordPieceTrainer).
+    Fewer tokens come back when no pair seen min_frequency times is left (see WordPieceTrainer). score picks
+    the merge rule: "likelihood" (the default, count(ab) / (count(a) * count(b))) or "frequency" (count(ab)).
     """
     trainer = WordPieceTrainer.from_texts(texts, lowercase, strip_accents, special_tokens=special_tokens,
-                                          min_frequency=min_frequency)
+                                          min_frequency=min_frequency, score=score)
     return trainer.train(vocab_size, show_progress=show_progress)

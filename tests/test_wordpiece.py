@@ -18,7 +18,7 @@ from transformers import BertTokenizerFast
 
 from bertlib import corpus, data
 from bertlib.wordpiece import SPECIAL_TOKENS, BasicTokenizer, WordPieceTokenizer, truncate_pair
-from bertlib.wordpiece_trainer import WordPieceTrainer, train_wordpiece
+from bertlib.wordpiece_trainer import PairScore, WordPieceTrainer, train_wordpiece
 
 REAL_COMMENTS = Path(__file__).resolve().parents[2] / "shared" / "data" / "jigsaw_binary_dev.csv"
 
@@ -285,7 +285,32 @@ def test_training_merges_worked_out_by_hand():
     assert trainer.current_splits() == {w: [w] for w in ("hug", "pug", "pun", "bun", "hugs")}
 
 
-def literal_training(counts: dict[str, int], vocab_size: int, min_frequency: int = 1) -> list[str]:
+def test_frequency_score_merges_the_most_frequent_pair_first():
+    # The same toy corpus with score="frequency" (BPE's rule, count(ab) alone):
+    # pairs: (##u,##g) 20, (p,##u) 17, (##u,##n) 16, (h,##u) 15, (##g,##s) 5, (b,##u) 4   -> ##ug
+    # then (##u,##n) 16, (h,##ug) 15, (p,##u) 12 ...                                    -> ##un, hug, pun
+    # then (hug,##s) 5 and (p,##ug) 5 tie: the alphabetically first pair wins            -> hugs, pug, bun
+    trainer = WordPieceTrainer({"hug": 10, "pug": 5, "pun": 12, "bun": 4, "hugs": 5}, min_frequency=1,
+                               score="frequency")
+    assert trainer.pair_scores()[0] == PairScore("##u", "##g", 20, 36, 20, 20)
+    vocab = trainer.train(vocab_size=100, show_progress=False)
+    assert vocab[12:] == ["##ug", "##un", "hug", "pun", "hugs", "pug", "bun"]
+    assert [m.score for m in trainer.merges] == [20, 16, 15, 12, 5, 5, 4]
+
+
+def test_frequency_score_keeps_common_words_whole_where_likelihood_splits_them():
+    documents = corpus.load_corpus().texts
+    likelihood = WordPieceTokenizer(train_wordpiece(documents, vocab_size=2000, show_progress=False))
+    frequency = WordPieceTokenizer(train_wordpiece(documents, vocab_size=2000, show_progress=False,
+                                                   score="frequency"))
+    assert likelihood.tokenize("the") != ["the"]  # count(th ##e) / (count(th) count(##e)) stays low
+    assert frequency.tokenize("the and of") == ["the", "and", "of"]
+    with pytest.raises(ValueError, match="score must be one of"):
+        WordPieceTrainer({"a": 1}, score="count")
+
+
+def literal_training(counts: dict[str, int], vocab_size: int, min_frequency: int = 1,
+                     score: str = "likelihood") -> list[str]:
     """The algorithm as described, recounting everything before each merge (slow, obviously right)."""
     splits = {word: [word[0]] + ["##" + c for c in word[1:]] for word in counts}
     vocab = list(SPECIAL_TOKENS) + sorted({t for split in splits.values() for t in split})
@@ -297,7 +322,7 @@ def literal_training(counts: dict[str, int], vocab_size: int, min_frequency: int
                 token_count[token] += counts[word]
             for pair in pairwise(split):
                 pair_count[pair] += counts[word]
-        candidates = [(-c / (token_count[a] * token_count[b]), -c, a, b)
+        candidates = [(-c if score == "frequency" else -c / (token_count[a] * token_count[b]), -c, a, b)
                       for (a, b), c in pair_count.items() if c >= min_frequency]
         if not candidates:
             break
@@ -320,13 +345,13 @@ def literal_training(counts: dict[str, int], vocab_size: int, min_frequency: int
 @settings(max_examples=150, deadline=None)
 @given(counts=st.dictionaries(st.text("abcde", min_size=1, max_size=7), st.integers(1, 6), min_size=1,
                               max_size=15),
-       extra=st.integers(0, 40), min_frequency=st.integers(1, 3))
-def test_incremental_training_equals_literal_recount(counts, extra, min_frequency):
-    trainer = WordPieceTrainer(counts, min_frequency=min_frequency)
+       extra=st.integers(0, 40), min_frequency=st.integers(1, 3), score=st.sampled_from(["likelihood", "frequency"]))
+def test_incremental_training_equals_literal_recount(counts, extra, min_frequency, score):
+    trainer = WordPieceTrainer(counts, min_frequency=min_frequency, score=score)
     vocab_size = len(trainer.vocab) + extra
-    expected = literal_training(counts, vocab_size, min_frequency)
+    expected = literal_training(counts, vocab_size, min_frequency, score)
     assert trainer.train(vocab_size, show_progress=False) == expected
-    rebuilt = WordPieceTrainer(counts, min_frequency=min_frequency)  # the heap rebuilt before every merge
+    rebuilt = WordPieceTrainer(counts, min_frequency=min_frequency, score=score)  # heap rebuilt before every merge
     while len(rebuilt.vocab) < vocab_size:
         rebuilt._rebuild_heap()
         if rebuilt.step() is None:

@@ -262,8 +262,10 @@ def _source_lines(obj: Any) -> list[str]:
     return linecache.getlines(functions[0].__code__.co_filename)
 
 
-def keep(exercise_id: str, solution: Any, folder: str | Path | None = None, *, quiet: bool = False) -> Path | None:
-    """Write a passing piece (with the helpers it needs) to `<folder>/<id>.py` for later notebooks; else None.
+def keep(exercise_id: str, solution: Any, folder: str | Path | None = None, *, quiet: bool = False) -> None:
+    """Write a passing piece (with the helpers it needs) to `<folder>/<id>.py` for later notebooks, saying so.
+
+    It returns nothing, so a notebook cell ending in `keep(...)` shows the printed line and no machine path.
 
     A piece that does not pass also removes the copy kept earlier, so later notebooks run what this
     notebook holds now.
@@ -284,14 +286,13 @@ def keep(exercise_id: str, solution: Any, folder: str | Path | None = None, *, q
         path.unlink(missing_ok=True)  # the folder mirrors the notebook as it is now: no older piece runs in its place
         if not quiet:
             print(f"{exercise_id}: not kept — {problem}" + (" (the copy kept earlier is removed)" if stale else ""))
-        return None
+        return
     header = (f'"""Your {exercise_id}, kept by bertlib.exercises.keep: the code that passed its check, with the '
               'helpers it reads."""\n\n')
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda temporary: temporary.write_text(header + source, encoding="utf-8"))
     if not quiet:
         print(f"{exercise_id}: kept in {path.parent.name}/{path.name} for the notebooks after this one")
-    return path
 
 
 def kept(folder: str | Path | None = None, *, quiet: bool = False) -> dict[str, Any]:

@@ -50,14 +50,25 @@ def _key_mask(lengths: list[int], seq_len: int) -> torch.Tensor:
     return torch.arange(seq_len)[None, :] < torch.tensor(lengths)[:, None]
 
 
-def _tensor_of_shape(case: str, got: Any, shape: tuple[int, ...], hint: str = "") -> torch.Tensor:
-    """The learner's output as a detached tensor, after checking its type and shape."""
+def _tensor_of_shape(case: str, got: Any, shape: tuple[int, ...], hint: str = "",
+                     dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The learner's output as a detached tensor, after checking its type, shape and (if given) dtype.
+
+    With `dtype`, the signature promises a torch Tensor of that dtype (the input's): a numpy array or a
+    float64 result is refused, since the next layer would receive the wrong type.
+    """
     if isinstance(got, np.ndarray):
+        if dtype is not None:
+            raise Fail(case, f"expected a torch Tensor of dtype {dtype}, got a numpy array ({describe(got)})",
+                       "stay in torch: the next layer of the model takes a Tensor (torch.from_numpy is a way back)")
         got = torch.from_numpy(got)
     if not isinstance(got, torch.Tensor):
         raise Fail(case, f"expected a Tensor of shape {shape}, got {describe(got)}", hint)
     if tuple(got.shape) != shape:
         raise Fail(case, f"expected shape {shape}, got shape {tuple(got.shape)}", hint)
+    if dtype is not None and got.dtype != dtype:
+        raise Fail(case, f"expected dtype {dtype} (the input's), got dtype {got.dtype}",
+                   f"return the input's dtype: compute in another precision if you like, then .to({dtype})")
     return got.detach()
 
 
@@ -227,7 +238,7 @@ def _check_masked_case(case: str, solution, q: torch.Tensor, k: torch.Tensor, v:
                        rtol: float = 1e-4) -> None:
     """Finite everywhere; equal to `expected` at every real query of a sequence with a real key."""
     got = _tensor_of_shape(case, _call_attention(case, solution, q, k, v, mask), tuple(q.shape),
-                           "the output has the shape of q: (batch, heads, seq, head_dim)")
+                           "the output has the shape of q: (batch, heads, seq, head_dim)", dtype=q.dtype)
     compared = (mask & mask.any(-1, keepdim=True))[:, None, :, None]  # (batch, 1, seq, 1)
 
     def only_compared(output: torch.Tensor) -> torch.Tensor:

@@ -73,7 +73,7 @@ def _gelu_mistakes(x: torch.Tensor) -> Mistakes:
 
 def _check_gelu_case(case: str, solution, x: torch.Tensor) -> None:
     expected = F.gelu(x)
-    got = _tensor_of_shape(case, call(solution, x.clone()), tuple(x.shape), GELU_HINT)
+    got = _tensor_of_shape(case, call(solution, x.clone()), tuple(x.shape), GELU_HINT, dtype=x.dtype)
     expect_close(case, expected, got, atol=1e-6, rtol=1e-5,
                  hint=_name_mistake(got, expected, _gelu_mistakes(x)) or GELU_HINT)
 

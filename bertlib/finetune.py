@@ -32,10 +32,11 @@ together make the same number of passes as one (AMP on GPUs: bf16 where supporte
 
 --out is checked before anything is loaded (a file in the way, a folder that cannot be written). The
 Trainer keeps resumable checkpoints in --out/checkpoints: run the same command again after an
-interruption and it continues; a resume with other batching (batch size, max_len, data, seed) or
-optimizer settings is refused with the differences named (early stopping's best weights live in memory:
-a resumed run starts its patience afresh). Data goes through bertlib.data.load_comments, the one CSV
-reader (--task binary for a file with only a 'toxic' label).
+interruption and it continues; a resume on other data (a hash of the three parts' texts and labels, in
+--out/checkpoints/settings.json) or with any other setting that changes the result (--init, --task, batching,
+optimizer, precision, cleaning, seed; not --max-steps/--epochs) is refused with the differences named
+(early stopping's best weights live in memory: a resumed run starts its patience afresh). Data goes
+through bertlib.data.load_comments, the one CSV reader (--task binary for a file with only a 'toxic' label).
 
 Writes to --out: the classifier (config.json, model.safetensors, vocab.txt, classifier.json, which
 `python -m bertlib.predict --model DIR` and transformers both read), metrics.csv (the test part: the
@@ -51,6 +52,7 @@ pseudo-labelling (the tricks of the competition's winning solutions).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -68,7 +70,7 @@ import torch
 
 from .baseline import TfidfBaseline
 from .batching import CommentDataset, PadCollator
-from .checkpoint import OutDirError, atomic_write, check_out_dir
+from .checkpoint import OutDirError, atomic_write, check_out_dir, latest_checkpoint
 from .cleaning import clean_text
 from .data import DataError, load_comments, load_kaggle_test
 from .history import History
@@ -339,6 +341,70 @@ def _show(title: str, table: pd.DataFrame) -> None:
         print(f"\n{title}\n{with_intervals(table)}")
 
 
+class FineTuneError(ValueError):
+    """A run refused before training, with the flag to change (the CLI prints it as one line)."""
+
+
+# FineTuneConfig fields that change what a run trains, with their flags: a resumed run must keep them
+# (max_steps / epochs may change, as the Trainer allows; bootstrap and min_positives only score the end).
+FIXED_ON_RESUME = {"max_len": "--max-len", "batch_size": "--batch-size", "lr": "--lr",
+                   "weight_decay": "weight_decay", "warmup_ratio": "warmup_ratio",
+                   "pos_weight_cap": "--pos-weight-cap", "padding": "--padding", "group_by_length": "--no-group",
+                   "bucket_batches": "bucket_batches", "precision": "--precision", "eval_every": "--eval-every",
+                   "patience": "--patience", "clean": "--no-clean", "seed": "--seed"}
+SETTINGS_FILE = "settings.json"  # in out/checkpoints: what the checkpoints were trained on
+
+
+def data_sha256(data: PreparedComments) -> str:
+    """A hash of the three parts' texts and labels: two runs on the same rows in the same parts agree."""
+    digest = hashlib.sha256()
+    for part in ("train", "validation", "test"):
+        texts, labels = data.part(part)
+        digest.update(json.dumps([part, list(texts), np.asarray(labels).tolist()]).encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
+
+
+def run_settings(run: RunConfig, data: PreparedComments) -> dict[str, Any]:
+    """What a run's checkpoints depend on: the checkpoint, the task, the data itself and the training settings."""
+    config = asdict(run.training)
+    return {"--init": str(run.init), "--task": run.task, "data_sha256": data_sha256(data),
+            **{flag: config[name] for name, flag in FIXED_ON_RESUME.items()}}
+
+
+def check_resume(run: RunConfig, checkpoints: Path, settings: dict[str, Any]) -> None:
+    """Refuse to resume checkpoints trained on other data or settings (FineTuneError naming each difference);
+    record the settings of a fresh run in checkpoints/settings.json."""
+    path = checkpoints / SETTINGS_FILE
+    if latest_checkpoint(checkpoints) is None:
+        if int(os.environ.get("RANK", "0")) == 0:
+            text = json.dumps(json_safe(settings), indent=2) + "\n"
+            checkpoints.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, lambda temporary: temporary.write_text(text, encoding="utf-8"))
+        return
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise FineTuneError(f"{checkpoints} holds checkpoints but {path} cannot be read ({error}): the run they "
+                            f"belong to is unknown; use another --out") from None
+    now = json_safe(settings)
+    changed = []
+    for key, value in now.items():
+        if saved.get(key) == value:
+            continue
+        if key == "data_sha256":
+            changed.append(f"the data (texts and labels of {data_source(run)}, after --limit and the split) differ")
+        else:
+            changed.append(f"{key} was {saved.get(key)!r}, now {value!r}")
+    if changed:
+        raise FineTuneError(f"{run.out} holds a run with other data or settings; use another --out, or the same "
+                            "data and arguments to resume it: " + "; ".join(changed))
+
+
+def data_source(run: RunConfig) -> str:
+    """--data as given, or what it defaults to."""
+    return run.data if run.data is not None else "the default data"
+
+
 def run_finetune(run: RunConfig) -> RunResult:
     """Check --out, load, de-duplicate, check, split in three, fine-tune, score on test, save; returns it all.
 
@@ -372,6 +438,7 @@ def run_finetune(run: RunConfig) -> RunResult:
     train_texts, train_labels = data.part("train")
     val_texts, val_labels = data.part("validation")
     test_texts, test_labels = data.part("test")
+    check_resume(run, out / "checkpoints", run_settings(run, data))
     training = replace(config, out_dir=str(out / "checkpoints"))
     result = fine_tune(run.init, names, train_texts, train_labels, val_texts, val_labels, training,
                        test_texts=test_texts, test_labels=test_labels)
@@ -476,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
                     baseline=args.baseline, training=training)
     try:
         run_finetune(run)
-    except (OutDirError, DataError, FileNotFoundError) as error:
+    except (OutDirError, DataError, FileNotFoundError, FineTuneError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0

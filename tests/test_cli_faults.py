@@ -1,0 +1,77 @@
+"""The command lines' faults of issue 19 (section 4): each refused with one line (`error: ...`), never a traceback,
+and a resume only of the same run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from bertlib import BertConfig, BertModel, hf
+from bertlib.finetune import main as finetune_main
+
+WORDS = ["good", "nice", "thanks", "article", "source", "page", "edit", "idiot", "stupid", "moron", "you", "are"]
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    """A tiny random BERT folder with its own small vocabulary."""
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    torch.manual_seed(0)
+    config = BertConfig.preset("tiny", vocab_size=len(vocab), max_position_embeddings=64)
+    hf.save_pretrained(BertModel(config), folder, vocab_file=folder / "vocab.txt")
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models train fastest on one thread of a shared CPU."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def comments(n: int = 60, seed: int = 0) -> pd.DataFrame:
+    """Distinct comments of a few words; toxic (half of them) holds an insult."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        toxic = i % 2
+        words = [*rng.choice(WORDS[:7], size=4), WORDS[7 + i % 3] if toxic else "nice", f"n{i}"]
+        rows.append({"comment_text": " ".join(words), "toxic": toxic})
+    return pd.DataFrame(rows)
+
+
+def write(frame: pd.DataFrame, path) -> str:
+    frame.to_csv(path, index=False)
+    return str(path)
+
+
+def finetune(init, data, out, *extra: str) -> int:
+    """The finetune CLI on the tiny model, in this process."""
+    return finetune_main(["--init", str(init), "--data", str(data), "--out", str(out), "--task", "binary",
+                          "--max-steps", "2", "--batch-size", "8", "--max-len", "16", "--bootstrap", "0",
+                          "--min-positives", "1", "--device", "cpu", *extra])
+
+
+def test_finetune_refuses_to_resume_a_finished_run_on_other_data(tiny_checkpoint, tmp_path, capsys):
+    frame = comments()
+    data = write(frame, tmp_path / "a.csv")
+    flipped = frame.copy()
+    flipped.loc[:19, "toxic"] = 1 - flipped.loc[:19, "toxic"]
+    other = write(flipped, tmp_path / "b.csv")
+    out = tmp_path / "run"
+    assert finetune(tiny_checkpoint, data, out, "--no-group") == 0
+    before = (out / "run.json").read_text()
+    capsys.readouterr()
+    assert finetune(tiny_checkpoint, other, out, "--no-group") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "data" in err and "another --out" in err
+    assert (out / "run.json").read_text() == before  # the finished run's record is untouched
+    assert finetune(tiny_checkpoint, data, out, "--no-group", "--lr", "1e-3") == 2  # a setting that changes the result
+    assert "--lr" in capsys.readouterr().err
+    assert finetune(tiny_checkpoint, data, out, "--no-group") == 0  # the same run resumes (nothing left to do)

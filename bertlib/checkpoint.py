@@ -181,9 +181,13 @@ def load_latest_checkpoint(out_dir: str | Path, map_location: str | torch.device
     return None
 
 
-def prune_checkpoints(out_dir: str | Path, keep: int) -> list[Path]:
-    """Delete all but the `keep` newest checkpoints in out_dir; returns the deleted paths."""
-    found = list_checkpoints(out_dir)
+def prune_checkpoints(out_dir: str | Path, keep: int, up_to: int | None = None) -> list[Path]:
+    """Delete all but the `keep` newest checkpoints in out_dir; returns the deleted paths.
+
+    With `up_to` (the step a run just saved) only checkpoints of steps up to it count and can go: a newer
+    file (one a resume skipped as unreadable, left to inspect) is neither deleted nor kept in its place.
+    """
+    found = [p for p in list_checkpoints(out_dir) if up_to is None or checkpoint_step(p) <= up_to]
     old = found[: max(0, len(found) - keep)]
     for path in old:
         path.unlink(missing_ok=True)

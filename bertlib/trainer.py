@@ -35,6 +35,8 @@ gradients) are not counted: the step, the schedule and AdamW's step count all ad
 finishes the current step, saves a checkpoint and raises KeyboardInterrupt (press twice to stop at once).
 With an out_dir the Trainer takes the folder's run lock (bertlib.run_lock) and removes temp files orphaned by
 a killed run; resuming skips a corrupt newest checkpoint for the newest intact one, naming the bad file.
+A new run (resume=False, or nothing readable to resume) into a folder holding checkpoints is refused rather
+than written among them, and pruning only ever deletes this run's older checkpoints.
 
 Resuming is exact. A checkpoint (bertlib.checkpoint) stores the model, optimizer, scheduler and gradient
 scaler, the step, epoch and batches consumed in it, every process's RNG states (bertlib.rng), the sampler's
@@ -399,8 +401,11 @@ class Trainer:
         cfg = self.config
         self._started = True
         found = None
-        if cfg.out_dir is not None and cfg.resume:
+        existing = checkpoint.list_checkpoints(cfg.out_dir) if cfg.out_dir is not None else []
+        if existing and cfg.resume:
             found = checkpoint.load_latest_checkpoint(cfg.out_dir)
+        if found is None and existing:
+            self._refuse_fresh_start(existing)
         if found is not None:
             path, state = found
             self._restore(state, path)
@@ -408,6 +413,20 @@ class Trainer:
                 print(f"resumed from {path} at step {self.step}")
         else:
             seed_everything(cfg.seed + self.rank)
+
+    def _refuse_fresh_start(self, existing: list[Path]) -> None:
+        """A new run never writes (and prunes) among another run's checkpoints: OutDirError says what to do."""
+        out, newest = Path(self.config.out_dir), existing[-1]
+        if self.config.resume:
+            raise checkpoint.OutDirError(
+                f"{out} holds checkpoints (newest {newest.name}) but none of them can be read (see the warnings "
+                "above), so there is nothing to resume; a new run there would write and prune among them. Move "
+                f"or delete those checkpoints to start over, or give this run another out_dir")
+        raise checkpoint.OutDirError(
+            f"resume=False, but {out} holds the checkpoints of another run (newest {newest.name}, step "
+            f"{checkpoint.checkpoint_step(newest)}); a new run there would write and prune among them. Give this "
+            "run another out_dir, move or delete those checkpoints to start over, or set resume=True to continue "
+            "that run")
 
     def _train_step(self, batches: Iterator[Batch]) -> dict[str, float] | None:
         """One optimizer update over accumulation_steps micro-batches; its numbers over all processes.
@@ -633,7 +652,7 @@ class Trainer:
         path = Path(self.config.out_dir) / checkpoint.checkpoint_name(self.step)
         if self.is_main:
             checkpoint.save_checkpoint(state, path)
-            checkpoint.prune_checkpoints(path.parent, self.config.keep_checkpoints)
+            checkpoint.prune_checkpoints(path.parent, self.config.keep_checkpoints, up_to=self.step)
         if self.world_size > 1:
             dist.barrier()
         return path

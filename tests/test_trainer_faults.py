@@ -183,3 +183,30 @@ def test_a_live_run_s_folder_is_refused(tmp_path):
     finally:
         os.kill(holder, signal.SIGKILL)
         os.waitpid(holder, 0)
+
+
+def test_a_fresh_run_never_deletes_another_run_s_checkpoints(tmp_path):
+    data = classification_data(16)
+    settings = dict(batch_size=4, checkpoint_every=1, keep_checkpoints=2, out_dir=tmp_path)
+    Trainer(classifier(), quiet(max_steps=6, **settings), data, stack).train()
+    before = {p.name: p.read_bytes() for p in list_checkpoints(tmp_path)}
+    assert sorted(before) == ["checkpoint-5.pt", "checkpoint-6.pt"]
+    with pytest.raises(ValueError, match=r"another run \(newest checkpoint-6\.pt, step 6\).*another out_dir"):
+        Trainer(classifier(), quiet(max_steps=3, resume=False, **settings), data, stack).train()
+    assert {p.name: p.read_bytes() for p in list_checkpoints(tmp_path)} == before
+    for path in list_checkpoints(tmp_path):  # none readable: a fresh start would mix with them, so it is refused too
+        path.write_bytes(b"cut")
+    with pytest.warns(UserWarning, match="cannot be read"), pytest.raises(ValueError, match="none of them can be read"):
+        Trainer(classifier(), quiet(max_steps=3, **settings), data, stack).train()
+    assert sorted(p.name for p in list_checkpoints(tmp_path)) == ["checkpoint-5.pt", "checkpoint-6.pt"]
+
+
+def test_a_resume_behind_a_corrupt_newer_checkpoint_keeps_its_own_new_ones(tmp_path):
+    data = classification_data(16)
+    settings = dict(max_steps=4, batch_size=4, checkpoint_every=1, keep_checkpoints=1, out_dir=tmp_path)
+    Trainer(classifier(), quiet(**settings), data, stack).train(stop_at=2)
+    (tmp_path / "checkpoint-9.pt").write_bytes(b"cut")  # newer, unreadable: skipped on resume, left to inspect
+    resumed = Trainer(classifier(), quiet(**settings), data, stack)
+    with pytest.warns(UserWarning, match="checkpoint-9.pt cannot be read"):
+        resumed.train(stop_at=3)
+    assert sorted(p.name for p in list_checkpoints(tmp_path)) == ["checkpoint-3.pt", "checkpoint-9.pt"]

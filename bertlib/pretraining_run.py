@@ -8,8 +8,9 @@ not writable, another live run holding its lock), a resume whose data, model or 
 from the ones in OUT/run.json (each named by its flag), a vocabulary with nothing but special tokens, and a
 corpus too small to fill one batch. With --minutes, a timing probe (bertlib.time_budget) fixes the step count
 once, before the Trainer is built, so the learning-rate schedule never changes during the run; a resume keeps
-the count OUT/run.json records. A non-finite loss stops the run without exporting the model; Ctrl-C
-saves a checkpoint and exits with status 130.
+the count OUT/run.json records. OUT/run.json is written only once the Trainer has accepted the newest
+checkpoint (or found none), so a refused run never replaces the record of the run the folder holds. A
+non-finite loss stops the run without exporting the model; Ctrl-C saves a checkpoint and exits with status 130.
 
 The recipe is BERT's (Devlin et al. 2019, appendix A.2): AdamW, peak lr 1e-4 with warmup and linear decay,
 weight decay 0.01, dropout 0.1, MLM + NSP loss.
@@ -260,6 +261,11 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
         args.steps = settings["steps"] = budget.steps
         training = dataclasses.replace(training, max_steps=budget.steps)
     trainer = Trainer(model, training, train, collate, eval_dataset=evaluation, metrics_fn=pretraining_metrics)
+    try:
+        trainer.train(stop_at=0)  # resumes from the newest checkpoint, or refuses it, before run.json is written
+    except ValueError as error:  # a checkpoint of other settings (a lost or replaced run.json): nothing recorded
+        trainer.close()
+        raise PretrainError(str(error)) from None
     if is_main:
         resume = latest_checkpoint(out)
         print(f"model: {args.config} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters), "

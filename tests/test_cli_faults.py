@@ -75,3 +75,49 @@ def test_finetune_refuses_to_resume_a_finished_run_on_other_data(tiny_checkpoint
     assert finetune(tiny_checkpoint, data, out, "--no-group", "--lr", "1e-3") == 2  # a setting that changes the result
     assert "--lr" in capsys.readouterr().err
     assert finetune(tiny_checkpoint, data, out, "--no-group") == 0  # the same run resumes (nothing left to do)
+
+
+# -- pretrain ---------------------------------------------------------------------------------------------
+
+TOPICS = ["river", "garden", "engine", "market", "winter", "library"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """Six short made-up documents, one per file."""
+    folder = tmp_path_factory.mktemp("corpus")
+    for index, topic in enumerate(TOPICS):
+        text = " ".join(f"The {topic} was quiet on day {day}. People walked near the {topic}." for day in range(5))
+        (folder / f"{index:02d}_{topic}.txt").write_text(text, encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def vocab(corpus, tmp_path_factory):
+    """A small WordPiece vocabulary of the corpus."""
+    from bertlib.wordpiece import WordPieceTokenizer
+    from bertlib.wordpiece_trainer import train_wordpiece
+
+    texts = [path.read_text(encoding="utf-8") for path in sorted(corpus.glob("*.txt"))]
+    path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+    WordPieceTokenizer(train_wordpiece(texts, 100, show_progress=False)).save_vocab(path)
+    return path
+
+
+def pretrain(corpus, vocab, out, *extra: str) -> int:
+    """The pretrain CLI on the tiny model, in this process."""
+    from bertlib.pretrain import main
+
+    return main(["--config", "tiny", "--corpus", str(corpus), "--vocab", str(vocab), "--out", str(out),
+                 "--steps", "2", "--batch-size", "4", "--seq-len", "32", "--dupe-factor", "1", "--eval-fraction", "0",
+                 "--log-every", "1", "--device", "cpu", *extra])
+
+
+def test_a_refused_pretrain_resume_leaves_run_json_as_it_was(corpus, vocab, tmp_path):
+    out = tmp_path / "run"
+    assert pretrain(corpus, vocab, out, "--seed", "1") == 0
+    (out / "run.json").unlink()  # lost: only the checkpoint says which run the folder holds
+    with pytest.raises(SystemExit, match="seed was 1, now 0"):
+        pretrain(corpus, vocab, out, "--seed", "0")
+    assert not (out / "run.json").exists()  # the refused settings were not recorded
+    assert pretrain(corpus, vocab, out, "--seed", "1", "--steps", "3") == 0  # the original run goes on

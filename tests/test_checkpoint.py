@@ -155,3 +155,49 @@ def test_pick_device_without_a_gpu(monkeypatch):
         devices.pick_device("cuda")
     with pytest.raises(ValueError, match="unknown device"):
         devices.pick_device("gpu0")
+
+
+# Takes the lock on argv[1] once argv[3] exists; judging the stale owner argv[2] takes argv[4] seconds (a slow
+# check widens the window in which the other process replaces the stale lock). Holds it 2 s, then exits.
+RACE_CHILD = """
+import sys, time
+from pathlib import Path
+from bertlib import run_lock
+folder, stale, go, delay = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]), float(sys.argv[4])
+real = run_lock.process_alive
+def slow(pid):
+    if pid == stale:
+        time.sleep(delay)
+    return real(pid)
+run_lock.process_alive = slow
+print("ready", flush=True)
+deadline = time.monotonic() + 30
+while not go.exists() and time.monotonic() < deadline:
+    time.sleep(0.01)
+try:
+    run_lock.RunLock(folder).acquire()
+except run_lock.RunLockedError as error:
+    print("refused:", error, flush=True)
+    sys.exit(0)
+print("got it", flush=True)
+time.sleep(2)
+"""
+
+
+def test_two_processes_racing_on_a_stale_lock_never_both_take_it(tmp_path):
+    stale = dead_pid()
+    (tmp_path / ".lock").write_text(f'{{"pid": {stale}, "host": "{os.uname().nodename}"}}')
+    go = tmp_path / "go"
+    children = [subprocess.Popen([sys.executable, "-W", "ignore", "-c", RACE_CHILD, str(tmp_path), str(stale),
+                                  str(go), delay], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for delay in ("0.2", "1.0")]
+    try:
+        for child in children:
+            assert child.stdout.readline().strip() == "ready"
+        go.touch()
+        outputs = [child.communicate(timeout=60)[0] for child in children]
+    finally:
+        for child in children:
+            child.kill()
+    assert sum("got it" in out for out in outputs) == 1, outputs
+    assert any("refused:" in out and "in use by process" in out for out in outputs), outputs

@@ -400,6 +400,31 @@ def check_resume(run: RunConfig, checkpoints: Path, settings: dict[str, Any]) ->
                             "data and arguments to resume it: " + "; ".join(changed))
 
 
+def resolve_init(init: str) -> Path:
+    """--init as a checkpoint folder: a folder here, or a hub model downloaded. Where neither exists (a typo of
+    a local folder, a hub that has no such model or cannot be reached), one FineTuneError says both."""
+    from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled, RepositoryNotFoundError
+
+    from . import hf
+
+    if Path(init).exists() or hf.looks_local(init):
+        return hf.resolve(init)  # its own messages: no config.json, a file, a local path not there
+    try:
+        return hf.resolve(init)
+    except RepositoryNotFoundError:
+        hub = "the hub has no model of that name (or it is private)"
+    except (OSError, HfHubHTTPError, OfflineModeIsEnabled) as error:
+        from huggingface_hub import constants
+
+        if constants.HF_HUB_OFFLINE:
+            hub = "the hub is not asked offline (HF_HUB_OFFLINE) and has no copy of it in the cache"
+        else:
+            reason = next((line for line in str(error).splitlines() if line.strip()), type(error).__name__)
+            hub = f"the hub cannot be reached or has no such model ({reason.strip()[:160]})"
+    raise FineTuneError(f"--init {init}: no folder of that name in {Path.cwd()}, and {hub}; check the path, or "
+                        "give a hub name such as bert-base-uncased") from None
+
+
 def data_source(run: RunConfig) -> str:
     """--data as given, or what it defaults to."""
     return run.data if run.data is not None else "the default data"
@@ -438,9 +463,10 @@ def run_finetune(run: RunConfig) -> RunResult:
     train_texts, train_labels = data.part("train")
     val_texts, val_labels = data.part("validation")
     test_texts, test_labels = data.part("test")
+    init = resolve_init(run.init)
     check_resume(run, out / "checkpoints", run_settings(run, data))
     training = replace(config, out_dir=str(out / "checkpoints"))
-    result = fine_tune(run.init, names, train_texts, train_labels, val_texts, val_labels, training,
+    result = fine_tune(init, names, train_texts, train_labels, val_texts, val_labels, training,
                        test_texts=test_texts, test_labels=test_labels)
     summary: dict[str, Any] = {
         "init": str(run.init), "data": data.source, "task": run.task, "labels": names,

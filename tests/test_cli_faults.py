@@ -121,3 +121,32 @@ def test_a_refused_pretrain_resume_leaves_run_json_as_it_was(corpus, vocab, tmp_
         pretrain(corpus, vocab, out, "--seed", "0")
     assert not (out / "run.json").exists()  # the refused settings were not recorded
     assert pretrain(corpus, vocab, out, "--seed", "1", "--steps", "3") == 0  # the original run goes on
+
+
+# -- finetune --init ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("hub", ["offline", "unreachable", "no such model"])
+def test_an_init_that_is_neither_a_folder_nor_a_hub_model_says_both(tmp_path, capsys, monkeypatch, hub):
+    import huggingface_hub
+    from huggingface_hub import constants
+    from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
+
+    monkeypatch.chdir(tmp_path)  # no runs/ folder here: runs/nothere reads as a hub name
+    if hub == "offline":
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    else:
+        def download(*args, **kwargs):
+            if hub == "unreachable":
+                raise LocalEntryNotFoundError("Got: ConnectError: [Errno 111] Connection refused\nAn error happened")
+            error = RepositoryNotFoundError.__new__(RepositoryNotFoundError)  # without an HTTP response
+            Exception.__init__(error, "404 Client Error: Repository Not Found for url")
+            raise error
+
+        monkeypatch.setattr(huggingface_hub, "snapshot_download", download)
+    data = write(comments(), tmp_path / "a.csv")
+    assert finetune("runs/nothere", data, tmp_path / "out") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --init runs/nothere: no folder") and len(err.strip().splitlines()) == 1
+    assert "hub" in err and {"offline": "offline", "unreachable": "cannot be reached",
+                             "no such model": "has no model"}[hub] in err

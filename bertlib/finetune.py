@@ -70,16 +70,17 @@ import torch
 
 from .baseline import TfidfBaseline
 from .batching import CommentDataset, PadCollator
-from .checkpoint import OutDirError, atomic_write, check_out_dir, latest_checkpoint
+from .checkpoint import atomic_write, check_out_dir, latest_checkpoint
 from .cleaning import clean_text
-from .data import DataError, load_comments, load_kaggle_test
+from .data import load_comments, load_kaggle_test
 from .history import History
 from .labels import positive_weights, task_labels
 from .metrics import evaluate, tune_thresholds, with_intervals
+from .run_lock import RunLockedError
 from .sampling import BatchSampler, LengthGroupedBatchSampler, RandomBatchSampler
 from .split import PreparedComments, prepare_comments
 from .toxicity import ToxicityClassifier
-from .trainer import Trainer
+from .trainer import NonFiniteLossError, Trainer
 from .training_config import TrainingConfig
 
 
@@ -460,6 +461,10 @@ def run_finetune(run: RunConfig) -> RunResult:
                       "reported as too few positives to score; more data or a larger --test-fraction would "
                       "score them", stacklevel=2)
 
+    if not config.group_by_length and sizes["train"] < config.batch_size * int(os.environ.get("WORLD_SIZE", "1")):
+        raise FineTuneError(f"{sizes['train']} training comment(s), fewer than one batch of --batch-size "
+                            f"{config.batch_size} (random batches drop a partial one): use a smaller --batch-size, "
+                            "leave out --no-group, or give --data more comments")
     train_texts, train_labels = data.part("train")
     val_texts, val_labels = data.part("validation")
     test_texts, test_labels = data.part("test")
@@ -555,9 +560,45 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse arguments that cannot train or score (FineTuneError naming the flag), before anything is loaded."""
+    def finite(value: float) -> bool:
+        return math.isfinite(value)
+
+    rules = [
+        ("--batch-size", args.batch_size, args.batch_size >= 1, "at least 1"),
+        ("--max-steps", args.max_steps, args.max_steps is None or args.max_steps >= 1, "at least 1"),
+        ("--epochs", args.epochs, finite(args.epochs) and args.epochs > 0, "a finite number > 0"),
+        ("--max-len", args.max_len, args.max_len >= 3, "at least 3 ([CLS], one token, [SEP])"),
+        ("--lr", args.lr, finite(args.lr) and args.lr > 0, "a finite number > 0"),
+        ("--val-fraction", args.val_fraction, finite(args.val_fraction) and 0 < args.val_fraction < 1,
+         "between 0 and 1"),
+        ("--test-fraction", args.test_fraction, finite(args.test_fraction) and 0 < args.test_fraction < 1
+         and args.val_fraction + args.test_fraction < 1, "between 0 and 1, with --val-fraction below 1 in all"),
+        ("--limit", args.limit, args.limit is None or args.limit >= 3, "at least 3 (one comment per part)"),
+        ("--min-positives", args.min_positives, args.min_positives >= 1, "at least 1"),
+        ("--bootstrap", args.bootstrap, args.bootstrap >= 0, "0 or more"),
+        ("--pos-weight-cap", args.pos_weight_cap,
+         args.pos_weight_cap is None or (finite(args.pos_weight_cap) and args.pos_weight_cap >= 1), "at least 1"),
+        ("--eval-every", args.eval_every, args.eval_every is None or args.eval_every >= 1, "at least 1"),
+        ("--patience", args.patience, args.patience is None or args.patience >= 1, "at least 1"),
+    ]
+    for flag, value, ok, wanted in rules:
+        if not ok:
+            raise FineTuneError(f"{flag} must be {wanted}, got {value}")
+    if args.patience is not None and args.eval_every is None:
+        raise FineTuneError("--patience needs --eval-every (the steps between the validation losses it compares)")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Parse the arguments and call `run_finetune`; an unusable --out or data file is one line on stderr, exit 2."""
+    """Parse the arguments and call `run_finetune`; every refusal (arguments, --out, data, a resume of another run,
+    a locked folder, a diverging loss) is one line on stderr, exit 2; Ctrl-C one line, exit 130."""
     args = _parser().parse_args(argv)
+    try:
+        check_args(args)
+    except FineTuneError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     training = FineTuneConfig(
         max_len=args.max_len, batch_size=args.batch_size, epochs=args.epochs, max_steps=args.max_steps, lr=args.lr,
         pos_weight_cap=args.pos_weight_cap, padding=args.padding, group_by_length=not args.no_group,
@@ -569,9 +610,12 @@ def main(argv: list[str] | None = None) -> int:
                     baseline=args.baseline, training=training)
     try:
         run_finetune(run)
-    except (OutDirError, DataError, FileNotFoundError, FineTuneError) as error:
-        print(f"error: {error}", file=sys.stderr)
+    except (ValueError, FileNotFoundError, NonFiniteLossError, RunLockedError) as error:  # OutDirError, DataError
+        print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as interrupt:  # the Trainer saved a checkpoint first: the same command resumes
+        print(f"\nerror: {interrupt or 'interrupted'}", file=sys.stderr)
+        return 130
     return 0
 
 

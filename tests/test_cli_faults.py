@@ -150,3 +150,43 @@ def test_an_init_that_is_neither_a_folder_nor_a_hub_model_says_both(tmp_path, ca
     assert err.startswith("error: --init runs/nothere: no folder") and len(err.strip().splitlines()) == 1
     assert "hub" in err and {"offline": "offline", "unreachable": "cannot be reached",
                              "no such model": "has no model"}[hub] in err
+
+
+# -- finetune: arguments checked up front, every refusal one line ------------------------------------------
+
+
+@pytest.mark.parametrize(("flags", "named"), [
+    (["--batch-size", "0"], "--batch-size"), (["--max-steps", "0"], "--max-steps"), (["--epochs", "0"], "--epochs"),
+    (["--max-len", "1"], "--max-len"), (["--lr", "nan"], "--lr"), (["--val-fraction", "1.5"], "--val-fraction"),
+])
+def test_finetune_arguments_that_cannot_train_are_one_line(tmp_path, capsys, flags, named):
+    code = finetune_main(["--init", "never-loaded", "--data", "nowhere.csv", "--out", str(tmp_path / "out"), *flags])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"error: {named}") and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()  # refused before anything is made
+
+
+def test_finetune_data_too_small_for_one_random_batch_is_one_line(tiny_checkpoint, tmp_path, capsys):
+    data = write(comments(6), tmp_path / "six.csv")
+    assert finetune(tiny_checkpoint, data, tmp_path / "out", "--no-group", "--max-steps", "1") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "--batch-size" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("error", ["value", "nonfinite", "locked", "ctrl-c"])
+def test_finetune_main_turns_every_refusal_into_one_line(tmp_path, capsys, monkeypatch, error):
+    from bertlib import finetune as module
+    from bertlib.run_lock import RunLockedError
+    from bertlib.trainer import NonFiniteLossError
+
+    raised = {"value": ValueError("a bad thing"), "nonfinite": NonFiniteLossError("loss is nan at step 3"),
+              "locked": RunLockedError("another run holds it"), "ctrl-c": KeyboardInterrupt("interrupted at step 2")}
+
+    def run_finetune(run):
+        raise raised[error]
+
+    monkeypatch.setattr(module, "run_finetune", run_finetune)
+    code = finetune_main(["--init", "x", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == (130 if error == "ctrl-c" else 2)
+    assert err.strip().startswith("error: ") and str(raised[error]) in err

@@ -16,6 +16,9 @@ numbers, strings, lists and dicts, so loading one cannot run code. A checkpoint 
 short, corrupt, or holding other objects) is reported by name and the next newest is used; nothing here
 ever suggests weights_only=False.
 
+torch is imported on first use, so modules that only write files (the vocabulary, the setup cell's notebook
+writer) use atomic_write before torch is installed.
+
 Leaves out: remote storage, sharded (multi-file) checkpoints and the safetensors export (bertlib.hf).
 """
 
@@ -26,11 +29,12 @@ import re
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from .run_lock import process_alive
+
+if TYPE_CHECKING:
+    import torch
 
 CHECKPOINT_FORMAT = 1
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)\.pt")
@@ -145,11 +149,15 @@ def latest_checkpoint(out_dir: str | Path) -> Path | None:
 
 def save_checkpoint(state: dict[str, Any], path: str | Path) -> None:
     """torch.save `state` (stamped with the format) atomically; it must hold weights_only-loadable values."""
+    import torch
+
     atomic_write(path, lambda tmp: torch.save({"format": CHECKPOINT_FORMAT, **state}, tmp))
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Read a checkpoint with torch.load(weights_only=True); CheckpointError names the file if it cannot be used."""
+    import torch
+
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")

@@ -175,8 +175,11 @@ class BertConfig:
         return cls(**values)
 
     def save_json(self, path: str | Path) -> None:
-        """Write the config as transformers' config.json."""
-        Path(path).write_text(json.dumps(self.to_hf_dict(), indent=2) + "\n")
+        """Write the config as transformers' config.json, atomically (an old file stays whole if writing fails)."""
+        from .checkpoint import atomic_write
+
+        text = json.dumps(self.to_hf_dict(), indent=2) + "\n"
+        atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
     @classmethod
     def from_json(cls, path: str | Path, **overrides: Any) -> BertConfig:

@@ -170,6 +170,8 @@ def write_notebooks(paths: list[Path] | None = None, repository: str = REPOSITOR
     """
     import nbformat
 
+    from .checkpoint import atomic_write
+
     changed = []
     source = cell_source(repository)
     for path in paths if paths is not None else notebook_paths():
@@ -181,9 +183,7 @@ def write_notebooks(paths: list[Path] | None = None, repository: str = REPOSITOR
         if cell.source == source:
             continue
         cell.source = source
-        temporary = path.with_name(path.name + ".tmp")
-        nbformat.write(notebook, temporary)
-        os.replace(temporary, path)
+        atomic_write(path, lambda tmp, notebook=notebook: nbformat.write(notebook, tmp))
         changed.append(path)
     return changed
 

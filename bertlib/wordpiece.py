@@ -412,12 +412,15 @@ class WordPieceTokenizer:
 
 
 def save_vocab(vocab: Sequence[str], path: str | Path) -> Path:
-    """Write one token per line, UTF-8 (a folder gets a vocab.txt inside); returns the file's path."""
+    """Write one token per line, UTF-8, atomically (a folder gets a vocab.txt inside); returns the file's path."""
     path = Path(path)
     if path.is_dir():
         path = path / "vocab.txt"
     bad = [token for token in vocab if "\n" in token]
     if bad:
         raise ValueError(f"tokens with a newline cannot go in {path}: {bad[:3]}")
-    path.write_text("".join(token + "\n" for token in vocab), encoding="utf-8")
+    from .checkpoint import atomic_write  # whole or untouched (no torch needed)
+
+    text = "".join(token + "\n" for token in vocab)
+    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     return path

@@ -223,6 +223,25 @@ def test_presets_and_parameter_count_match_bert_base():
     assert ours == theirs == 109_482_240
 
 
+def test_config_save_json_that_fails_half_way_leaves_the_old_file_whole(tiny_config, tmp_path, monkeypatch):
+    from pathlib import Path
+
+    path = tmp_path / "config.json"
+    tiny_config.save_json(path)
+    before = path.read_bytes()
+    real_write_text = Path.write_text
+
+    def half_then_disk_full(self, text, *args, **kwargs):
+        real_write_text(self, text[: len(text) // 2], *args, **kwargs)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", half_then_disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        tiny_config.replace(num_labels=5).save_json(path)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["config.json"]  # no temporary file left
+
+
 def test_config_round_trips_and_refuses_nonsense(tiny_config, tmp_path):
     config = tiny_config.replace(num_labels=3, label_names=("a", "b", "c"), problem_type="multi_label_classification")
     assert BertConfig.from_hf_dict(config.to_hf_dict()) == config.replace(attn_implementation="sdpa")

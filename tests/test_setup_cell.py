@@ -178,6 +178,23 @@ def test_write_notebooks_replaces_only_the_setup_cell(tmp_path):
     assert setup_cell.write_notebooks([copy], repository="https://example.invalid/fork") == []
 
 
+def test_write_notebooks_that_fails_half_way_leaves_the_notebook_whole_and_nothing_else(tmp_path, monkeypatch):
+    original = course.notebook_paths()[0]
+    copy = tmp_path / original.name
+    shutil.copy(original, copy)
+    before = copy.read_bytes()
+
+    def half_then_disk_full(notebook, path, **kwargs):
+        Path(path).write_text(nbformat.writes(notebook)[:1000], encoding="utf-8")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(nbformat, "write", half_then_disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        setup_cell.write_notebooks([copy], repository="https://example.invalid/fork")
+    assert copy.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == [copy.name]  # no temporary file left
+
+
 def test_a_notebook_without_a_setup_cell_is_named_in_the_error(tmp_path):
     path = tmp_path / "00_x.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(1)")]), path)

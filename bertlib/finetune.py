@@ -455,16 +455,23 @@ def run_finetune(run: RunConfig) -> RunResult:
     positives = data.positives()
     print("positives (train / validation / test): " + ", ".join(
         f"{name} {counts['train']}/{counts['validation']}/{counts['test']}" for name, counts in positives.items()))
+    if not config.group_by_length and sizes["train"] < config.batch_size * int(os.environ.get("WORLD_SIZE", "1")):
+        raise FineTuneError(f"{sizes['train']} training comment(s), fewer than one batch of --batch-size "
+                            f"{config.batch_size} (random batches drop a partial one): use a smaller --batch-size, "
+                            "leave out --no-group, or give --data more comments")
+    untunable = [f"{name} ({counts['train']} in train, {counts['validation']} in validation)"
+                 for name, counts in positives.items() if min(counts["train"], counts["validation"]) == 0
+                 or counts["validation"] == sizes["validation"]]
+    if untunable:  # no positive (or no negative) in validation: the threshold would silently stay 0.5
+        raise FineTuneError(f"{data.source}: {', '.join(untunable)} positives: every label needs positives and "
+                            "negatives in the training and validation parts (the validation part tunes its "
+                            "threshold); give --data more comments, or a larger --val-fraction")
     unscorable = [name for name, counts in positives.items() if counts["test"] < config.min_positives]
     if unscorable:
         warnings.warn(f"{', '.join(unscorable)}: fewer than {config.min_positives} positives in the test part, "
                       "reported as too few positives to score; more data or a larger --test-fraction would "
                       "score them", stacklevel=2)
 
-    if not config.group_by_length and sizes["train"] < config.batch_size * int(os.environ.get("WORLD_SIZE", "1")):
-        raise FineTuneError(f"{sizes['train']} training comment(s), fewer than one batch of --batch-size "
-                            f"{config.batch_size} (random batches drop a partial one): use a smaller --batch-size, "
-                            "leave out --no-group, or give --data more comments")
     train_texts, train_labels = data.part("train")
     val_texts, val_labels = data.part("validation")
     test_texts, test_labels = data.part("test")

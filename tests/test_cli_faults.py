@@ -190,3 +190,11 @@ def test_finetune_main_turns_every_refusal_into_one_line(tmp_path, capsys, monke
     err = capsys.readouterr().err
     assert code == (130 if error == "ctrl-c" else 2)
     assert err.strip().startswith("error: ") and str(raised[error]) in err
+
+
+def test_finetune_refuses_a_validation_part_without_positives(tiny_checkpoint, tmp_path, capsys):
+    data = write(comments(3), tmp_path / "three.csv")  # one toxic comment: it cannot be in all three parts
+    assert finetune(tiny_checkpoint, data, tmp_path / "out", "--batch-size", "1") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "validation" in err and "toxic" in err
+    assert not (tmp_path / "out" / "run.json").exists()

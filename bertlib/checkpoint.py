@@ -19,13 +19,18 @@ ever suggests weights_only=False.
 torch is imported on first use, so modules that only write files (the vocabulary, the setup cell's notebook
 writer) use atomic_write before torch is installed.
 
+A disk that fills up while a checkpoint is written raises DiskFullError (an OSError, errno ENOSPC) naming the
+file, the space left and the last checkpoint, which is intact: the temp file is removed, the target untouched.
+
 Leaves out: remote storage, sharded (multi-file) checkpoints and the safetensors export (bertlib.hf).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import shutil
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -43,6 +48,10 @@ _TEMP = re.compile(r"\.(.+)\.(\d+)\.tmp")
 
 class CheckpointError(ValueError):
     """A checkpoint file that cannot be used: unreadable, cut short, or not a bertlib checkpoint."""
+
+
+class DiskFullError(OSError):
+    """No space left to write a file (errno ENOSPC): the message names the file and what is still intact."""
 
 
 class OutDirError(ValueError):
@@ -151,7 +160,38 @@ def save_checkpoint(state: dict[str, Any], path: str | Path) -> None:
     """torch.save `state` (stamped with the format) atomically; it must hold weights_only-loadable values."""
     import torch
 
-    atomic_write(path, lambda tmp: torch.save({"format": CHECKPOINT_FORMAT, **state}, tmp))
+    try:
+        atomic_write(path, lambda tmp: torch.save({"format": CHECKPOINT_FORMAT, **state}, tmp))
+    except (OSError, RuntimeError) as error:
+        if not _disk_full(error):
+            raise
+        raise _disk_full_error(Path(path), error) from None
+
+
+def _disk_full(error: BaseException) -> bool:
+    """Whether a write failed for lack of space: ENOSPC/EDQUOT, or torch's zip writer failing to write.
+
+    torch.save does not pass the OSError on: a full disk surfaces as RuntimeError "[enforce fail at
+    inline_container.cc:...] PytorchStreamWriter failed writing file ...: file write failed".
+    """
+    if isinstance(error, OSError):
+        return error.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+    text = str(error)
+    return "inline_container" in text and ("file write failed" in text or "unexpected pos" in text)
+
+
+def _disk_full_error(path: Path, error: BaseException) -> DiskFullError:
+    """DiskFullError naming the file that could not be written, the space left and the last intact checkpoint."""
+    try:
+        free = f"{shutil.disk_usage(path.parent).free / 2**20:.0f} MiB free"
+    except OSError:
+        free = "free space unknown"
+    last = latest_checkpoint(path.parent)
+    kept = (f"the last checkpoint, {last}, is intact (files are written whole or not at all): free some space, or "
+            "lower keep_checkpoints, and run again to resume from it" if last is not None else
+            "no earlier checkpoint exists in that folder: free some space and run again")
+    return DiskFullError(errno.ENOSPC, f"the disk is full: {path} could not be written ({free} on {path.parent}; "
+                                       f"{type(error).__name__}: {error}); {path.name} was not saved, and {kept}")
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import signal
@@ -210,3 +211,27 @@ def test_a_resume_behind_a_corrupt_newer_checkpoint_keeps_its_own_new_ones(tmp_p
     with pytest.warns(UserWarning, match="checkpoint-9.pt cannot be read"):
         resumed.train(stop_at=3)
     assert sorted(p.name for p in list_checkpoints(tmp_path)) == ["checkpoint-3.pt", "checkpoint-9.pt"]
+
+
+@pytest.mark.parametrize("failure", [
+    OSError(errno.ENOSPC, "No space left on device"),
+    RuntimeError("[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file data/3: file "
+                 "write failed"),  # what torch.save raises when the disk fills inside its zip writer
+])
+def test_a_full_disk_names_the_file_and_the_intact_checkpoint(tmp_path, monkeypatch, failure):
+    trainer = Trainer(classifier(), quiet(max_steps=4, batch_size=4, checkpoint_every=1, out_dir=tmp_path),
+                      classification_data(16), stack)
+    trainer.train(stop_at=2)
+    real_save = torch.save
+
+    def disk_fills(obj, handle, *args, **kwargs):
+        real_save({"partial": torch.zeros(100)}, handle)
+        raise failure
+
+    monkeypatch.setattr(torch, "save", disk_fills)
+    with pytest.raises(OSError, match=r"disk is full.*checkpoint-3\.pt.*checkpoint-2\.pt, is intact") as caught:
+        trainer.train()
+    monkeypatch.undo()
+    assert caught.value.errno == errno.ENOSPC
+    assert load_checkpoint(latest_checkpoint(tmp_path))["step"] == 2
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]

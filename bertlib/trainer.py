@@ -34,7 +34,8 @@ naming the step; no checkpoint is written or pruned after it. fp16 steps that Gr
 gradients) are not counted: the step, the schedule and AdamW's step count all advance together. Ctrl-C
 finishes the current step, saves a checkpoint and raises KeyboardInterrupt (press twice to stop at once).
 With an out_dir the Trainer takes the folder's run lock (bertlib.run_lock) and removes temp files orphaned by
-a killed run; resuming skips a corrupt newest checkpoint for the newest intact one, naming the bad file.
+a killed run; resuming skips a corrupt newest checkpoint for the newest intact one, naming the bad file (in a
+warning, and in the "resumed from" line, which names the checkpoint actually resumed from).
 A new run (resume=False, or nothing readable to resume) into a folder holding checkpoints is refused rather
 than written among them, and pruning only ever deletes this run's older checkpoints.
 
@@ -409,8 +410,11 @@ class Trainer:
         if found is not None:
             path, state = found
             self._restore(state, path)
+            skipped = [p.name for p in existing if checkpoint.checkpoint_step(p) > checkpoint.checkpoint_step(path)]
             if self.is_main and cfg.progress:
-                print(f"resumed from {path} at step {self.step}")
+                print(f"resumed from {path} at step {self.step}" + (
+                    f", falling back past {', '.join(skipped)}, which cannot be read (left there to inspect)"
+                    if skipped else ""))
         else:
             seed_everything(cfg.seed + self.rank)
 

@@ -235,3 +235,18 @@ def test_a_full_disk_names_the_file_and_the_intact_checkpoint(tmp_path, monkeypa
     assert caught.value.errno == errno.ENOSPC
     assert load_checkpoint(latest_checkpoint(tmp_path))["step"] == 2
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_the_resume_line_names_the_checkpoint_actually_resumed_from_and_the_skipped_one(tmp_path, capsys):
+    settings = dict(max_steps=4, batch_size=4, checkpoint_every=1, keep_checkpoints=3, out_dir=tmp_path)
+    data = classification_data(16)
+    Trainer(classifier(), quiet(**settings), data, stack).train(stop_at=3)
+    newest = tmp_path / "checkpoint-3.pt"
+    newest.write_bytes(newest.read_bytes()[:1000])
+    resumed = Trainer(classifier(), quiet(progress=True, **settings), data, stack)
+    with pytest.warns(UserWarning, match="checkpoint-3.pt cannot be read"):
+        resumed.train(stop_at=3)
+    lines = [line for line in capsys.readouterr().out.splitlines() if "resum" in line]
+    assert len(lines) == 1, lines
+    assert f"resumed from {tmp_path / 'checkpoint-2.pt'} at step 2" in lines[0]
+    assert "checkpoint-3.pt" in lines[0] and "cannot be read" in lines[0]  # the fallback is said, not just warned

@@ -70,7 +70,7 @@ import torch
 
 from .baseline import TfidfBaseline
 from .batching import CommentDataset, PadCollator
-from .checkpoint import atomic_write, check_out_dir, latest_checkpoint
+from .checkpoint import DiskFullError, atomic_write, check_out_dir, latest_checkpoint
 from .cleaning import clean_text
 from .data import load_comments, load_kaggle_test
 from .history import History
@@ -617,7 +617,8 @@ def main(argv: list[str] | None = None) -> int:
                     baseline=args.baseline, training=training)
     try:
         run_finetune(run)
-    except (ValueError, FileNotFoundError, NonFiniteLossError, RunLockedError) as error:  # OutDirError, DataError
+    except (ValueError, FileNotFoundError, NonFiniteLossError, RunLockedError, DiskFullError) as error:
+        # also OutDirError and DataError (ValueErrors): one line each, no traceback
         print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as interrupt:  # the Trainer saved a checkpoint first: the same command resumes

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from .checkpoint import OutDirError, atomic_write, check_out_dir, latest_checkpoint
+from .checkpoint import DiskFullError, OutDirError, atomic_write, check_out_dir, latest_checkpoint
 from .config import BertConfig
 from .mlm import MaskingCollator, pretraining_metrics
 from .model import BertForPreTraining
@@ -205,7 +205,7 @@ def run_pretraining(args: argparse.Namespace) -> int:
         for note in (check_resume(out, settings) if settings["steps"] is not None else []):
             print(f"{PROG}: {note}", file=sys.stderr)
         return _train_and_export(args, out, settings, is_main, world_size)
-    except (OutDirError, RunLockedError, PretrainError, NonFiniteLossError) as error:
+    except (OutDirError, RunLockedError, PretrainError, NonFiniteLossError, DiskFullError) as error:
         raise SystemExit(f"{PROG}: {error}") from None
     except KeyboardInterrupt as interrupt:
         print(f"\n{PROG}: {interrupt or 'interrupted'}", file=sys.stderr)
@@ -267,12 +267,12 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
         trainer.close()
         raise PretrainError(str(error)) from None
     if is_main:
-        resume = latest_checkpoint(out)
         print(f"model: {args.config} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters), "
               f"{trainer.device}, {trainer.precision}, {trainer.world_size} process(es), "
               f"batch {args.batch_size * trainer.world_size} x seq {args.seq_len}")
         print(f"checkpoints: {out.resolve()}/checkpoint-<step>.pt (every {args.checkpoint_every} steps and at the end)"
-              + (f"; resuming from {resume.name}" if resume else "; starting fresh"))
+              + (f"; resumed at step {trainer.step} (the line above names the checkpoint)" if trainer.step
+                 else "; starting fresh"))
         run = json.dumps({"args": settings, "model_config": config.to_dict()}, indent=2) + "\n"
         atomic_write(out / "run.json", lambda tmp: tmp.write_text(run, encoding="utf-8"))
     try:

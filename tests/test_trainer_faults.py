@@ -161,11 +161,12 @@ def test_ctrl_c_saves_a_checkpoint_and_the_run_resumes_exactly(tmp_path):
             os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C does, in the middle of step 2
         return masking_collate(items)
 
+    before = signal.getsignal(signal.SIGINT)  # Python's default, or SIG_IGN where the run was started in the background
     first = Trainer(pretrainer(), quiet(out_dir=tmp_path, **settings), data, interrupting_collate)
     with pytest.raises(KeyboardInterrupt, match="interrupted at step 2"):
         first.train()
     assert [p.name for p in list_checkpoints(tmp_path)] == ["checkpoint-2.pt"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is before  # the Trainer put back the handler it found
     resumed = Trainer(pretrainer(seed=3), quiet(out_dir=tmp_path, **settings), data, masking_collate)
     resumed.train()
     for name, tensor in whole.model.state_dict().items():

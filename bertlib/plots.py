@@ -48,6 +48,9 @@ def _label_axis(ax: Axes, labels: Sequence[str] | None, size: int, axis: str) ->
         ax.set_xticks(ticks, labels, rotation=90)
 
 
+HEATMAP_DPI = 64  # heatmaps (and other dense figures) are large: at this resolution a notebook stays under 1 MB for GitHub's preview
+
+
 def draw_heatmap(
     ax: Axes,
     matrix: ArrayLike,
@@ -83,7 +86,7 @@ def draw_heatmap(
 
 def heatmap(matrix: ArrayLike, title: str = "", figsize: tuple[float, float] = (6, 4.5), **options) -> Figure:
     """One matrix as a heatmap; `options` are those of `draw_heatmap` (labels, axis names, cmap, ...)."""
-    fig, ax = plt.subplots(figsize=figsize, layout="constrained")
+    fig, ax = plt.subplots(figsize=figsize, layout="constrained", dpi=HEATMAP_DPI)
     draw_heatmap(ax, matrix, title=title, **options)
     return fig
 
@@ -106,7 +109,7 @@ def heatmaps(
     ncols = ncols or len(arrays)
     nrows = math.ceil(len(arrays) / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols, panel_size[1] * nrows),
-                             layout="constrained", squeeze=False)
+                             layout="constrained", squeeze=False, dpi=HEATMAP_DPI)
     for ax, (name, values) in zip(axes.flat, arrays.items(), strict=False):
         draw_heatmap(ax, values, title=name, **options)
     for ax in axes.flat[len(arrays):]:
@@ -134,7 +137,7 @@ def attention_heatmaps(
     nrows = math.ceil(heads / ncols)
     side = max(3.0, 0.22 * len(tokens) + 1.0)
     fig, axes = plt.subplots(nrows, ncols, figsize=(side * ncols, side * nrows), layout="constrained",
-                             squeeze=False)
+                             squeeze=False, dpi=HEATMAP_DPI)
     for head, ax in enumerate(axes.flat):
         if head >= heads:
             ax.axis("off")

@@ -48,7 +48,7 @@ def _label_axis(ax: Axes, labels: Sequence[str] | None, size: int, axis: str) ->
         ax.set_xticks(ticks, labels, rotation=90)
 
 
-HEATMAP_DPI = 64  # heatmaps (and other dense figures) are large: at this resolution a notebook stays under 1 MB for GitHub's preview
+HEATMAP_DPI = 64  # dense figures are large: at this resolution each notebook stays under 1 MB for previews
 
 
 def draw_heatmap(

@@ -120,3 +120,27 @@ def hub_offline_as_the_test_sets_it(monkeypatch):
     except ImportError:
         return
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+
+
+def tiny_checkpoint_folder(folder: Path, words: list[str]) -> Path:
+    """A tiny random BERT saved in transformers' format in `folder`, with a vocabulary of the specials + `words`."""
+    from bertlib import BertModel, hf
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    torch.manual_seed(0)
+    config = BertConfig.preset("tiny", vocab_size=len(vocab), max_position_embeddings=64)
+    hf.save_pretrained(BertModel(config), folder, vocab_file=folder / "vocab.txt")
+    return folder
+
+
+@pytest.fixture
+def disk_full_halfway(monkeypatch) -> Callable[[], None]:
+    """Call it to make Path.write_text write half its text, then fail as a full disk does (errno 28)."""
+    real_write_text = Path.write_text
+
+    def half_then_disk_full(self, text, *args, **kwargs):
+        real_write_text(self, text[: len(text) // 2], *args, **kwargs)
+        raise OSError(28, "No space left on device")
+
+    return lambda: monkeypatch.setattr(Path, "write_text", half_then_disk_full)

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import confusion_matrix, f1_score, roc_auc_score
 
-from bertlib import BertConfig, BertForSequenceClassification, BertModel, hf
+from bertlib import BertConfig, BertForSequenceClassification, hf
 from bertlib.baseline import TfidfBaseline
 from bertlib.batching import CommentDataset, PadCollator
 from bertlib.data import LABELS, load_comments
@@ -32,6 +32,7 @@ from bertlib.predict import main as predict_main
 from bertlib.sampling import LengthGroupedBatchSampler, length_grouped_batches
 from bertlib.split import stratified_split
 from bertlib.toxicity import ToxicityClassifier
+from conftest import tiny_checkpoint_folder
 
 WORDS = ["good", "nice", "thanks", "article", "source", "page", "edit", "idiot", "stupid", "moron", "you", "are",
          "the", "this", "a", "is", "fine", "great", "hate", "kill"]
@@ -62,13 +63,7 @@ def synthetic_comments(n: int, seed: int = 0) -> tuple[list[str], np.ndarray]:
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory):
     """A tiny random BERT folder with its own 25-token vocabulary (the words above plus the specials)."""
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
-    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    torch.manual_seed(0)
-    config = BertConfig.preset("tiny", vocab_size=len(vocab), max_position_embeddings=64)
-    hf.save_pretrained(BertModel(config), folder, vocab_file=folder / "vocab.txt")
-    return folder
+    return tiny_checkpoint_folder(tmp_path_factory.mktemp("tiny-bert"), WORDS)
 
 
 @pytest.fixture

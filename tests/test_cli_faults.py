@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 import torch
 
-from bertlib import BertConfig, BertModel, hf
 from bertlib.finetune import main as finetune_main
+from conftest import tiny_checkpoint_folder
 
 WORDS = ["good", "nice", "thanks", "article", "source", "page", "edit", "idiot", "stupid", "moron", "you", "are"]
 
@@ -17,13 +17,7 @@ WORDS = ["good", "nice", "thanks", "article", "source", "page", "edit", "idiot",
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory):
     """A tiny random BERT folder with its own small vocabulary."""
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
-    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    torch.manual_seed(0)
-    config = BertConfig.preset("tiny", vocab_size=len(vocab), max_position_embeddings=64)
-    hf.save_pretrained(BertModel(config), folder, vocab_file=folder / "vocab.txt")
-    return folder
+    return tiny_checkpoint_folder(tmp_path_factory.mktemp("tiny-bert"), WORDS)
 
 
 @pytest.fixture(autouse=True)

@@ -223,19 +223,12 @@ def test_presets_and_parameter_count_match_bert_base():
     assert ours == theirs == 109_482_240
 
 
-def test_config_save_json_that_fails_half_way_leaves_the_old_file_whole(tiny_config, tmp_path, monkeypatch):
-    from pathlib import Path
+def test_config_save_json_that_fails_half_way_leaves_the_old_file_whole(tiny_config, tmp_path, disk_full_halfway):
 
     path = tmp_path / "config.json"
     tiny_config.save_json(path)
     before = path.read_bytes()
-    real_write_text = Path.write_text
-
-    def half_then_disk_full(self, text, *args, **kwargs):
-        real_write_text(self, text[: len(text) // 2], *args, **kwargs)
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(Path, "write_text", half_then_disk_full)
+    disk_full_halfway()
     with pytest.raises(OSError, match="No space left"):
         tiny_config.replace(num_labels=5).save_json(path)
     assert path.read_bytes() == before

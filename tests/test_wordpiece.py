@@ -257,18 +257,12 @@ def test_real_vocab_round_trips_through_save(tok, tmp_path):
     assert WordPieceTokenizer.from_vocab_file(path).vocab == tok.vocab
 
 
-def test_save_vocab_that_fails_half_way_leaves_the_old_file_whole(tok, tmp_path, monkeypatch):
+def test_save_vocab_that_fails_half_way_leaves_the_old_file_whole(tok, tmp_path, disk_full_halfway):
     from bertlib.wordpiece import save_vocab
 
     path = tok.save_vocab(tmp_path)
     before = path.read_bytes()
-    real_write_text = Path.write_text
-
-    def half_then_disk_full(self, text, *args, **kwargs):
-        real_write_text(self, text[: len(text) // 2], *args, **kwargs)
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(Path, "write_text", half_then_disk_full)
+    disk_full_halfway()
     with pytest.raises(OSError, match="No space left"):
         save_vocab(list(reversed(tok.vocab)), tmp_path)
     assert path.read_bytes() == before

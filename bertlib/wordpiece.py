@@ -201,6 +201,7 @@ class WordPieceTokenizer:
         specials = sorted((t for t in SPECIAL_TOKENS if t in self.token_to_id), key=len, reverse=True)
         self._special_pattern = re.compile("(" + "|".join(map(re.escape, specials)) + ")")
         self._word_ids = _Memo(self.wordpiece, max_size=self.CACHE_SIZE)  # word -> ids, filled on first sight
+        self._vocab_file: Path | None = None  # set by from_vocab_file, so errors name the file
 
     def __getstate__(self) -> dict:
         """Pickle (as DataLoader workers do) without the word cache, which refills on use."""
@@ -223,9 +224,11 @@ class WordPieceTokenizer:
         with path.open(encoding="utf-8") as file:
             vocab = [line.rstrip("\n") for line in file]
         try:
-            return cls(vocab, lowercase=lowercase, **kwargs)
+            tokenizer = cls(vocab, lowercase=lowercase, **kwargs)
         except ValueError as error:
             raise ValueError(f"{path}: {error}") from None
+        tokenizer._vocab_file = path
+        return tokenizer
 
     def save_vocab(self, path: str | Path) -> Path:
         """Write vocab.txt (a folder gets a vocab.txt inside), loadable by BertTokenizerFast."""
@@ -240,9 +243,13 @@ class WordPieceTokenizer:
         return len(self.vocab)
 
     def _special_id(self, token: str) -> int:
-        """Id of a special token, with a clear error when the vocabulary lacks it."""
+        """Id of a special token; a ValueError names every special token the vocabulary lacks, and its file."""
         if token not in self.token_to_id:
-            raise KeyError(f"the vocabulary has no {token} token")
+            missing = ", ".join(t for t in SPECIAL_TOKENS if t not in self.token_to_id)
+            where = f"{self._vocab_file}: " if self._vocab_file is not None else ""
+            raise ValueError(f"{where}the vocabulary lacks {missing}, and {token} is needed here: BERT's vocabularies "
+                             f"start with {', '.join(SPECIAL_TOKENS)}; add the missing ones as lines of their own, or "
+                             "train a vocabulary with bertlib.wordpiece_trainer, which writes all five")
         return self.token_to_id[token]
 
     @property

@@ -244,6 +244,20 @@ def test_vocab_file_errors_name_the_file(tmp_path):
         WordPieceTokenizer.from_vocab_file(tmp_path / "nounk.txt")
 
 
+
+def test_a_vocabulary_without_special_tokens_is_one_line_naming_them_and_the_file(tmp_path):
+    (tmp_path / "vocab.txt").write_text("[UNK]\n[SEP]\nhello\nworld\n", encoding="utf-8")
+    tok = WordPieceTokenizer.from_vocab_file(tmp_path)
+    assert tok.tokenize("hello world") == ["hello", "world"]  # what needs no missing token still works
+    for use in (lambda: tok.encode("hello"), lambda: tok.mask_id, lambda: tok.pad_id):
+        with pytest.raises(ValueError) as caught:
+            use()
+        message = str(caught.value)
+        assert message.startswith(str(tmp_path / "vocab.txt")) and "\n" not in message, message
+        assert "[PAD], [CLS], [MASK]" in message and "[SEP]," not in message.split("needed")[0], message
+    with pytest.raises(ValueError, match=r"^the vocabulary lacks \[PAD\], \[CLS\], \[SEP\], \[MASK\]"):
+        WordPieceTokenizer(["[UNK]", "a"]).encode("a")  # no file to name
+
 def test_tokenizer_pickles_without_its_cache(tok):
     tok.tokenize("warm the cache with some words")
     copy = pickle.loads(pickle.dumps(tok))  # what a DataLoader worker receives

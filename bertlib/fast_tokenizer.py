@@ -3,18 +3,27 @@
 `tokenizers.BertWordPieceTokenizer` splits exactly as transformers' BertTokenizer does (the tests compare
 them token for token) and encodes a batch of comments in parallel; the course's own bertlib.wordpiece
 teaches the same algorithm in Python. Comments are truncated to `max_len` ids and kept unpadded (the
-collator pads each batch).
+collator pads each batch). A text that is not valid UTF-8 (lone surrogates: bytes that were not UTF-8, read
+with surrogateescape), which the Rust library refuses, is first cleaned as bertlib.wordpiece cleans every
+text, which drops those characters, so both tokenizers give it the same ids.
 
 Leaves out: text pairs, offsets and overflowing windows (a long comment is cut, not split).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from .wordpiece import BasicTokenizer
+
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
+
+SURROGATES = re.compile("[\ud800-\udfff]")
+"""Lone surrogates: what bytes that are not UTF-8 become when read with surrogateescape (sys.argv, os.fsdecode)."""
+_CLEANING = BasicTokenizer(lowercase=False)  # the cleaning alone: case and accents are the Rust tokenizer's job
 
 
 def load_tokenizer(vocab_file: str | Path, lowercase: bool = True):
@@ -49,4 +58,5 @@ def encode_texts(tokenizer, texts: Iterable[str], max_len: int = 256) -> list[li
     if max_len < 2:
         raise ValueError(f"max_len must leave room for [CLS] and [SEP], got {max_len}")
     tokenizer.enable_truncation(max_length=max_len)
-    return [encoding.ids for encoding in tokenizer.encode_batch(check_texts(texts))]
+    texts = [_CLEANING.normalize(text) if SURROGATES.search(text) else text for text in check_texts(texts)]
+    return [encoding.ids for encoding in tokenizer.encode_batch(texts)]

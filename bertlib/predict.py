@@ -10,6 +10,8 @@ sequence-classification checkpoint (its thresholds are then 0.5). Prints one row
 probability of each label and the labels at or above their tuned threshold. A CSV goes through
 bertlib.data.load_comments (the one CSV reader); a bad file is an error naming the file and line. Empty or
 whitespace-only comments are not scored: they keep their row, with no probabilities, and stderr lists them.
+An argument that is not valid UTF-8 is scored as bertlib's tokenizer reads it (the bytes that are not UTF-8
+dropped, bertlib.fast_tokenizer) and shown with those bytes as U+FFFD.
 
 Leaves out: serving (an HTTP endpoint) and batching across calls.
 """
@@ -27,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from .data import DataError, load_comment_lines, load_comments
+from .fast_tokenizer import SURROGATES
 from .toxicity import ToxicityClassifier, empty_positions
 
 EMPTY = "(empty: not scored)"
@@ -62,7 +65,7 @@ def score(classifier: ToxicityClassifier, texts: list[str], batch_size: int = 64
                                                 progress=len(scored) > 1000).to_numpy()
     flags = probs >= classifier.thresholds
     table = probs.copy()
-    table.insert(0, "comment", texts)
+    table.insert(0, "comment", [SURROGATES.sub("\ufffd", text) for text in texts])  # non-UTF-8 bytes as U+FFFD
     table["flagged"] = [EMPTY if i in empty else ", ".join(probs.columns[row])
                         for i, row in enumerate(flags.to_numpy())]
     return table

@@ -449,6 +449,27 @@ def test_predict_reads_csv_through_the_one_reader_and_names_bad_files(tiny_check
     assert "classifier.json: not valid JSON" in capsys.readouterr().err
 
 
+def test_text_that_is_not_utf8_is_cleaned_as_bertlib_s_tokenizer_cleans_it(tiny_checkpoint, tmp_path, one_thread):
+    from bertlib.cleaning import clean_text
+    from bertlib.wordpiece import WordPieceTokenizer
+
+    classifier = ToxicityClassifier.from_checkpoint(tiny_checkpoint, ["toxic"], verbose=False)
+    texts = ["you\ud800 idiot", "good \udcff\udcfearticle", "\udcff"]  # lone surrogates, through the API
+    ours = WordPieceTokenizer.from_vocab_file(tiny_checkpoint / "vocab.txt")
+    assert classifier.encode(texts) == [ours.encode(clean_text(text)).input_ids for text in texts]
+    with pytest.warns(UserWarning, match="empty"):
+        cleaned = classifier.predict(["you idiot", "good article", ""]).to_numpy()
+    np.testing.assert_allclose(classifier.predict(texts).to_numpy(), cleaned, atol=1e-6)
+
+    folder = classifier.save(tmp_path / "model")  # bytes that are not UTF-8 on the command line
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONIOENCODING": "utf-8", "LC_ALL": "C.UTF-8"}
+    result = subprocess.run([os.fsencode(sys.executable), b"-m", b"bertlib.predict", b"--model", os.fsencode(folder),
+                             b"--json", b"you \xff\xfe idiot"], capture_output=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr.decode(errors="replace")[-3000:]
+    record = json.loads(result.stdout)
+    assert record["comment"] == "you \ufffd\ufffd idiot" and 0 <= record["toxic"] <= 1
+
+
 @pytest.mark.slow
 def test_two_processes_make_the_requested_epochs_not_twice_as_many(tiny_checkpoint, tmp_path):
     data = write_binary_csv(tmp_path / "comments.csv", n=91)  # 64 training, 9 validation, 18 test comments

@@ -21,6 +21,7 @@ RandomBatchSampler(len(train_dataset), batch_size, seed, shuffle), a new permuta
 partial batch dropped, nothing padded or repeated under DDP. Epochs and steps are counted per process from
 len(batch_sampler): a step is one optimizer update over `accumulation_steps` micro-batches in every process,
 and `epochs=E` means E * len(batch_sampler) / accumulation_steps steps, whatever the number of processes.
+An epoch with fewer batches than accumulation_steps is refused up front: one update would see examples twice.
 
 Loss normalisation. The loss of a step is the mean over every target of the step, in all micro-batches and
 processes together, as one big batch would give: a `X_loss` output field (a mean over the targets of the
@@ -200,6 +201,13 @@ class Trainer:
             raise ValueError(
                 f"train_dataset has {len(train_dataset)} examples: fewer than one batch "
                 f"({self.batch_sampler.settings()}) in each of {self.world_size} process(es)"
+            )
+        if len(self.batch_sampler) < config.accumulation_steps:
+            raise ValueError(
+                f"train_dataset has {len(train_dataset)} examples, {len(self.batch_sampler)} batch(es) per epoch in "
+                f"each of {self.world_size} process(es), but accumulation_steps={config.accumulation_steps} needs "
+                f"{config.accumulation_steps} batches per update, so one update would see examples twice: lower "
+                f"accumulation_steps to {len(self.batch_sampler)} or less, or the batch size"
             )
         self.eval_batch_sampler = eval_batch_sampler
         if eval_batch_sampler is not None:

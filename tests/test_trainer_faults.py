@@ -251,3 +251,15 @@ def test_the_resume_line_names_the_checkpoint_actually_resumed_from_and_the_skip
     assert len(lines) == 1, lines
     assert f"resumed from {tmp_path / 'checkpoint-2.pt'} at step 2" in lines[0]
     assert "checkpoint-3.pt" in lines[0] and "cannot be read" in lines[0]  # the fallback is said, not just warned
+
+
+def test_accumulation_over_more_batches_than_the_data_has_is_refused_before_anything_is_made(tmp_path):
+    data = classification_data(10)  # 2 batches of 4 per epoch
+    with pytest.raises(ValueError) as caught:
+        Trainer(classifier(), quiet(max_steps=2, batch_size=4, accumulation_steps=3, out_dir=tmp_path / "run"),
+                data, stack)
+    message = str(caught.value)
+    assert "\n" not in message and "10 examples" in message and "2 batch(es) per epoch" in message, message
+    assert "accumulation_steps=3 needs 3 batches" in message and "lower accumulation_steps to 2" in message, message
+    assert not (tmp_path / "run").exists()
+    assert Trainer(classifier(), quiet(max_steps=1, batch_size=4, accumulation_steps=2), data, stack).train().records

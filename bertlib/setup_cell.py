@@ -7,8 +7,12 @@ dataset (/kaggle/input/*/ or one level deeper), a folder uploaded next to the no
 notebook sits in, and a clone made earlier in ~/bert-from-scratch; failing all of those it clones
 `REPOSITORY` there (under a temporary name first, so a clone cut short is never taken for the course).
 Then `install` installs what the host lacks, pinning the host's own torch, transformers and
-Jupyter stack so that none of them is upgraded. Any failure stops the cell with one paragraph that says
-what to do, and no traceback.
+Jupyter stack so that none of them is upgraded; only then does the course folder go on sys.path, so that
+after a failed install, running the cell again installs again rather than finding bertlib and going on
+without its requirements. Any failure stops the cell with its reason in one line ("could not fetch the
+course from ...", "pip could not install ...") and one paragraph that says what to do, and no traceback.
+The cell loads this file by its path, before bertlib is importable: it imports nothing outside the
+standard library at the top.
 
 The repository's address is one setting, `REPOSITORY`: a publisher (or a fork) sets it here once and runs
 `python -m bertlib.setup_cell --write-notebooks`; the tests check that README.md and every notebook agree
@@ -24,6 +28,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -51,6 +56,8 @@ if importlib.util.find_spec("bertlib") is None:
     class SetupFailed(Exception):
         def _render_traceback_(self):  # Jupyter shows the message alone, without a traceback
             return [str(self)]
+    def reason(error):
+        return ((getattr(error, "stderr", None) or str(error)).strip().splitlines() or [repr(error)])[-1]
     clone = os.path.expanduser("~/bert-from-scratch")
     places = [REPO, *glob.glob("/kaggle/input/*/"), *glob.glob("/kaggle/input/*/*/"), *glob.glob("*/"), "..", clone]
     found = [place for place in places if os.path.isfile(os.path.join(place, "bertlib", "course.py"))]
@@ -61,17 +68,25 @@ if importlib.util.find_spec("bertlib") is None:
                            check=True, capture_output=True, text=True)
             shutil.rmtree(clone, ignore_errors=True)
             os.replace(clone + ".partial", clone)
-        sys.path.insert(0, os.path.abspath((found or [clone])[0]))
-        from bertlib import setup_cell
-        setup_cell.install()
-    except (OSError, ImportError, subprocess.CalledProcessError) as error:
-        why = (getattr(error, "stderr", None) or str(error)).strip().splitlines()[-1]
+    except (OSError, subprocess.CalledProcessError) as error:
         raise SetupFailed(
-            f"Setup stopped: {why}\\nbertlib, the course's package, is not installed and could not be fetched "
-            f"from {REPO}. On Kaggle, turn on Internet in the notebook's settings, or attach the repository as a "
-            "dataset. Elsewhere, check the connection, set BERTLIB_REPO to the repository's address or to a folder "
-            "holding it (%env BERTLIB_REPO=... in a cell above this one), or upload the repository folder next to "
-            "this notebook. Then run this cell again.") from None
+            f"Setup stopped: could not fetch the course from {REPO}: {reason(error)}\\nbertlib, the course's "
+            "package, is not installed. On Kaggle, turn on Internet in the notebook's settings, or attach the "
+            "repository as a dataset. Elsewhere, check the connection, set BERTLIB_REPO to the repository's address "
+            "or to a folder holding it (%env BERTLIB_REPO=... in a cell above this one), or upload the repository "
+            "folder next to this notebook. Then run this cell again.") from None
+    folder = os.path.abspath((found or [clone])[0])
+    try:  # bertlib goes on sys.path only once what it needs is installed, so a new run after a failure installs
+        spec = importlib.util.spec_from_file_location("setup", os.path.join(folder, "bertlib", "setup_cell.py"))
+        setup_cell = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(setup_cell)
+        setup_cell.install(folder)
+    except (OSError, ImportError, RuntimeError, subprocess.CalledProcessError) as error:
+        raise SetupFailed(
+            f"Setup stopped: {reason(error)}\\nThe course is in {folder}, but what it needs is not installed. On "
+            "Kaggle, turn on Internet in the notebook's settings; elsewhere, check the connection, or what pip says "
+            "on the line above. Then run this cell again: it installs again before using the course.") from None
+    sys.path.insert(0, folder)
 from bertlib import course
 device = course.setup(seed=0)'''
 
@@ -103,23 +118,41 @@ def host_pins(names: tuple[str, ...] = PROTECTED) -> list[str]:
     return pins
 
 
+class InstallFailed(RuntimeError):
+    """pip could not install the course's requirements: what pip could not install and why, in one line."""
+
+
+_PIP_NAMES = re.compile(r"(?:satisfies the requirement|distribution found for) (\S+)")
+
+
 def _pip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", *args],
                           check=check, capture_output=True, text=True)
 
 
+def pip_failure(stderr: str) -> str:
+    """One line from pip's error output: "pip could not install <the requirement it names>: <its last line>"."""
+    named = _PIP_NAMES.search(stderr)
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    why = lines[-1].removeprefix("ERROR: ") if lines else "pip failed without saying why"
+    return f"pip could not install {named.group(1) if named else 'the requirements in requirements.txt'}: {why}"
+
+
 def install_requirements(folder: str | os.PathLike | None = None) -> None:
     """pip-install the course's requirements.txt with the host's PROTECTED packages pinned, then NO_DEPS.
 
-    A requirement that would need one of the pinned packages changed makes pip fail: a
-    CalledProcessError whose stderr ends with pip's reason. The NO_DEPS packages are optional: when they
-    cannot be installed (offline) this prints why and which cells will skip, and goes on.
+    When pip fails (offline, or a requirement that would need one of the pinned packages changed) this
+    raises InstallFailed, naming what pip could not install and its reason (`pip_failure`). The NO_DEPS
+    packages are optional: when they cannot be installed (offline) this prints why and which cells will
+    skip, and goes on.
     """
     folder = Path(folder) if folder is not None else Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory() as tmp:
         constraints = Path(tmp) / "host.txt"
         constraints.write_text("\n".join(host_pins()) + "\n", encoding="utf-8")
-        _pip("-r", str(folder / "requirements.txt"), "-c", str(constraints))
+        result = _pip("-r", str(folder / "requirements.txt"), "-c", str(constraints), check=False)
+    if result.returncode != 0:
+        raise InstallFailed(pip_failure(result.stderr))
     optional = _pip("--no-deps", *NO_DEPS, check=False)
     importlib.invalidate_caches()
     if optional.returncode != 0:

@@ -43,12 +43,13 @@ RUN_CELL = textwrap.dedent('''
 
     from IPython.core.interactiveshell import InteractiveShell
     shell = InteractiveShell.instance(colors="NoColor")
-    result = shell.run_cell(open(sys.argv[1]).read())
-    bertlib = sys.modules.get("bertlib")
-    child = subprocess.run([sys.executable, "-c", "import bertlib; print(bertlib.__file__)"], capture_output=True,
-                           text=True).stdout.strip() if result.success else None  # what a `!python ...` would import
-    print("REPORT " + json.dumps({"ok": result.success, "bertlib": getattr(bertlib, "__file__", None),
-                                  "child": child, "device": str(shell.user_ns.get("device"))}))
+    for cell in sys.argv[1:]:  # one kernel runs the cells in turn, as a learner runs them
+        result = shell.run_cell(open(cell).read())
+        bertlib = sys.modules.get("bertlib")
+        child = subprocess.run([sys.executable, "-c", "import bertlib; print(bertlib.__file__)"], capture_output=True,
+                               text=True).stdout.strip() if result.success else None  # what `!python ...` imports
+        print("REPORT " + json.dumps({"ok": result.success, "bertlib": getattr(bertlib, "__file__", None),
+                                      "child": child, "device": str(shell.user_ns.get("device"))}), flush=True)
 ''')
 
 
@@ -74,6 +75,12 @@ def sandbox(tmp_path_factory, make_sandbox_venv, sandbox_environment) -> dict[st
 
 def run_setup_cell(sandbox: dict[str, Any], home: Path, repo: str) -> tuple[dict, str]:
     """Run the canonical cell in a fresh, offline interpreter; returns its report and everything it printed."""
+    reports, output = run_cells(sandbox, home, repo, sandbox["root"] / "cell.py")
+    return reports[-1], output
+
+
+def run_cells(sandbox: dict[str, Any], home: Path, repo: str, *cells: Path) -> tuple[list[dict], str]:
+    """Run these cells in turn in one fresh, offline interpreter; returns a report per cell and everything printed."""
     work = home / "work"
     work.mkdir(parents=True, exist_ok=True)
     env = {key: value for key, value in sandbox["environment"]().items()
@@ -81,13 +88,12 @@ def run_setup_cell(sandbox: dict[str, Any], home: Path, repo: str) -> tuple[dict
     env.update(HOME=str(home), BERTLIB_REPO=repo, PIP_NO_INDEX="1", HF_HUB_OFFLINE="1", BERTLIB_DOWNLOADS="0",
                BERTLIB_ARTIFACTS=str(home / "artifacts"), GIT_TERMINAL_PROMPT="0", GIT_CONFIG_COUNT="1",
                GIT_CONFIG_KEY_0="http.proxy", GIT_CONFIG_VALUE_0="http://127.0.0.1:9")
-    result = subprocess.run([str(sandbox["python"]), str(sandbox["root"] / "run_cell.py"),
-                             str(sandbox["root"] / "cell.py")],
+    result = subprocess.run([str(sandbox["python"]), str(sandbox["root"] / "run_cell.py"), *map(str, cells)],
                             cwd=work, env=env, capture_output=True, text=True, timeout=300)
     output = result.stdout + result.stderr
     reports = [line for line in result.stdout.splitlines() if line.startswith("REPORT ")]
-    assert result.returncode == 0 and reports, output
-    return json.loads(reports[-1].removeprefix("REPORT ")), output
+    assert result.returncode == 0 and len(reports) == len(cells), output
+    return [json.loads(report.removeprefix("REPORT ")) for report in reports], output
 
 
 @pytest.mark.slow
@@ -121,15 +127,53 @@ def test_the_cell_uses_a_folder_holding_the_course(sandbox, tmp_path):
 
 
 @pytest.mark.slow
-def test_without_a_source_the_cell_stops_with_one_paragraph_and_no_traceback(sandbox, tmp_path):
-    report, output = run_setup_cell(sandbox, tmp_path / "home", UNREACHABLE)
-    assert not report["ok"] and report["bertlib"] is None
+def test_without_a_source_the_cell_stops_with_one_paragraph_and_no_traceback_then_runs_again(sandbox, tmp_path):
+    set_source = tmp_path / "set_source.py"  # what the learner does next: %env BERTLIB_REPO=<the uploaded folder>
+    set_source.write_text(f"import os\nos.environ['BERTLIB_REPO'] = {str(sandbox['repository'])!r}")
+    cell = sandbox["root"] / "cell.py"
+    (failed, _, again), output = run_cells(sandbox, tmp_path / "home", UNREACHABLE, cell, set_source, cell)
+    assert not failed["ok"] and failed["bertlib"] is None
     assert "Traceback" not in output and 'File "' not in output, output
     message = output[output.index("Setup stopped:"):output.index("REPORT")].strip()
-    assert "127.0.0.1" in message.splitlines()[0], message  # git's own reason, in one line
-    for advice in ("turn on Internet", "BERTLIB_REPO", "upload the repository folder", UNREACHABLE):
+    first = message.splitlines()[0]
+    assert first.startswith(f"Setup stopped: could not fetch the course from {UNREACHABLE}: "), message
+    assert "127.0.0.1" in first and "pip" not in first, message  # git's own reason, in one line
+    for advice in ("turn on Internet", "BERTLIB_REPO", "upload the repository folder", "run this cell again"):
         assert advice in message, message
     assert len(message.splitlines()) == 2, message  # the reason, then one paragraph
+    assert again["ok"] and again["bertlib"] == again["child"] == str(sandbox["repository"] / "bertlib" / "__init__.py")
+
+
+@pytest.mark.slow
+def test_after_pip_failed_running_the_cell_again_installs_again_before_using_the_course(sandbox, tmp_path):
+    folder = tmp_path / "course"  # the course, uploaded, with a requirement pip cannot install offline
+    shutil.copytree(sandbox["repository"], folder, ignore=shutil.ignore_patterns(".git"))
+    requirements = (folder / "requirements.txt").read_text(encoding="utf-8")
+    (folder / "requirements.txt").write_text(requirements + "no-such-package-for-bertlib>=1.3\n", encoding="utf-8")
+    fix = tmp_path / "fix.py"  # what the learner does next (on Kaggle: turns on Internet)
+    fix.write_text(f"open({str(folder / 'requirements.txt')!r}, 'w').write({requirements!r})")
+    cell = sandbox["root"] / "cell.py"
+    (failed, _, again), output = run_cells(sandbox, tmp_path / "home", str(folder), cell, fix, cell)
+    assert not failed["ok"] and failed["bertlib"] is None
+    assert "Traceback" not in output and 'File "' not in output, output
+    message = output[output.index("Setup stopped:"):output.index("REPORT")].strip()
+    first = message.splitlines()[0]
+    assert first.startswith("Setup stopped: pip could not install no-such-package-for-bertlib>=1.3: "), message
+    assert "fetch" not in message and str(folder) in message and "run this cell again" in message, message
+    assert len(message.splitlines()) == 2, message  # the reason, then one paragraph
+    assert again["ok"], output
+    assert again["bertlib"] == again["child"] == str(folder / "bertlib" / "__init__.py"), output
+    assert output.count(f"bertlib: the course in {folder}; what it needs is installed") == 1, output  # installed now
+
+
+def test_pip_failure_names_what_pip_could_not_install():
+    offline = ("ERROR: Could not find a version that satisfies the requirement scikit-learn>=1.3 (from versions: "
+               "none)\nERROR: No matching distribution found for scikit-learn>=1.3\n")
+    assert setup_cell.pip_failure(offline) == ("pip could not install scikit-learn>=1.3: No matching distribution "
+                                               "found for scikit-learn>=1.3")
+    conflict = "ERROR: Cannot install torch==2.1 and transformers>=4.40\nERROR: ResolutionImpossible: see above\n"
+    assert setup_cell.pip_failure(conflict) == ("pip could not install the requirements in requirements.txt: "
+                                                "ResolutionImpossible: see above")
 
 
 # ---------------------------------------------------------------------------------------------------------

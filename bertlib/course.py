@@ -89,20 +89,54 @@ def data_dir() -> Path:
     return sample_dir()
 
 
-def _writable(folder: Path) -> bool:
-    """True if `folder` exists or can be made, and a file can be created in it."""
+COLAB_ARTIFACTS = Path("/content/artifacts")
+"""The artifacts folder on Colab: under /content, the folder Colab's file browser shows."""
+
+KAGGLE_ARTIFACTS = Path("/kaggle/working/artifacts")
+"""The artifacts folder on Kaggle: under /kaggle/working, the folder a saved version keeps as its output."""
+
+
+class ArtifactsError(PermissionError):
+    """No folder the artifacts can be written to: one line saying which path and what to do."""
+
+    def _render_traceback_(self) -> list[str]:
+        """Jupyter shows this line alone, without a traceback (a setting to change, not a bug to debug)."""
+        return [f"{type(self).__name__}: {self}"]
+
+
+def host() -> str:
+    """Where the notebooks run: "kaggle", "colab" (Kaggle's image is built on Colab's, so Kaggle is asked first) or
+    "local"."""
+    if "KAGGLE_KERNEL_RUN_TYPE" in os.environ:
+        return "kaggle"
+    if "COLAB_RELEASE_TAG" in os.environ or "google.colab" in sys.modules:
+        return "colab"
+    return "local"
+
+
+def _write_problem(folder: Path) -> str | None:
+    """Why no file can be created in `folder` (made if missing), or None when one can."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=folder):
-            return True
-    except OSError:
-        return False
+            return None
+    except OSError as error:
+        blocker = next((path for path in (folder, *folder.parents) if os.path.isfile(path)), None)
+        if blocker is not None:
+            return f"{blocker} is a file, not a folder"
+        return error.strerror or str(error)
 
 
 def artifacts_root() -> Path:
-    """The artifacts folder asked for: BERTLIB_ARTIFACTS, else artifacts/ in the checkout, else ./artifacts."""
+    """The artifacts folder asked for: BERTLIB_ARTIFACTS, else on Colab /content/artifacts and on Kaggle
+    /kaggle/working/artifacts, else artifacts/ in the checkout, else ./artifacts; always absolute."""
     if os.environ.get("BERTLIB_ARTIFACTS"):
-        return Path(os.environ["BERTLIB_ARTIFACTS"]).expanduser()
+        return Path(os.path.abspath(Path(os.environ["BERTLIB_ARTIFACTS"]).expanduser()))
+    where = host()
+    if where == "colab":
+        return COLAB_ARTIFACTS
+    if where == "kaggle":
+        return KAGGLE_ARTIFACTS
     return REPO_ROOT / "artifacts" if IN_CHECKOUT else Path.cwd() / "artifacts"
 
 
@@ -113,25 +147,47 @@ def artifacts_dir() -> Path:
     """Where notebooks leave what later notebooks read (cleaned data, vocab, checkpoints); made if missing.
 
     `artifacts_root()`, with smoke/ inside in smoke mode so the tests never overwrite a real run's
-    checkpoint. Where that cannot be written (a read-only checkout, such as a Kaggle dataset under
-    /kaggle/input) and BERTLIB_ARTIFACTS is not set, the first writable of ./artifacts,
-    ~/.cache/bertlib/artifacts and the temporary folder is used instead, and said once.
+    checkpoint. A BERTLIB_ARTIFACTS that cannot be written is an ArtifactsError saying so. Otherwise, where
+    the folder cannot be written (a read-only checkout, such as a Kaggle dataset under /kaggle/input), the
+    first writable of ./artifacts, ~/.cache/bertlib/artifacts and the temporary folder is used instead, and
+    said once.
     """
     wanted = artifacts_root()
     suffix = ("smoke",) if SMOKE else ()
-    if _writable(wanted.joinpath(*suffix)):
+    problem = _write_problem(wanted.joinpath(*suffix))
+    if problem is None:
         return wanted.joinpath(*suffix)
     if os.environ.get("BERTLIB_ARTIFACTS"):
-        raise PermissionError(f"BERTLIB_ARTIFACTS={wanted} cannot be written: set it to a writable folder")
+        problem = problem.replace(f"{wanted} is a file", "it is a file")
+        raise ArtifactsError(f"BERTLIB_ARTIFACTS={wanted} cannot hold the artifacts ({problem}): set BERTLIB_ARTIFACTS "
+                             "to a folder you can write (it is made if missing), or unset it")
     for candidate in (Path.cwd() / "artifacts", Path.home() / ".cache" / "bertlib" / "artifacts",
                       Path(tempfile.gettempdir()) / "bertlib-artifacts"):
-        if _writable(candidate.joinpath(*suffix)):
+        if _write_problem(candidate.joinpath(*suffix)) is None:
             if candidate not in _fallback_reported:
                 _fallback_reported.add(candidate)
-                print(f"artifacts: {wanted} cannot be written (a read-only checkout?), so they go to {candidate} "
-                      "instead; set BERTLIB_ARTIFACTS to choose the folder")
+                print(f"artifacts: {wanted} cannot be written ({problem}), so they go to {candidate} instead; set "
+                      "BERTLIB_ARTIFACTS to choose the folder")
             return candidate.joinpath(*suffix)
-    raise PermissionError(f"no writable folder for the artifacts ({wanted} and the fallbacks): set BERTLIB_ARTIFACTS")
+    raise ArtifactsError(f"no writable folder for the artifacts ({wanted}: {problem}; nor the fallbacks): set "
+                         "BERTLIB_ARTIFACTS to a folder you can write")
+
+
+def keep_hint() -> str | None:
+    """On Colab and Kaggle, one line on how to keep the artifacts past the session (None elsewhere, or when
+    BERTLIB_ARTIFACTS already says where they go)."""
+    if os.environ.get("BERTLIB_ARTIFACTS"):
+        return None
+    where = host()
+    if where == "colab":
+        return ("Colab deletes them when the runtime is reset; to keep them, mount Google Drive (from google.colab "
+                "import drive; drive.mount('/content/drive')), set %env BERTLIB_ARTIFACTS=/content/drive/MyDrive/"
+                "bert-artifacts and run this cell again")
+    if where == "kaggle":
+        return ("Kaggle keeps /kaggle/working only in a saved version: Save Version, then in the next notebook "
+                "Add Input > Your Work > this notebook, and copy its artifacts into /kaggle/working "
+                "(!cp -r /kaggle/input/*/artifacts /kaggle/working/)")
+    return None
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -188,7 +244,10 @@ def setup(seed: int = 0):
     print(" | ".join(versions))
     print(f"device: {where} | mode: {'smoke (tiny sizes)' if SMOKE else 'full'} | seed {seed}")
     print(data_summary())
-    print(f"artifacts: {shown_path(artifacts_dir())}")
+    print(f"artifacts: {artifacts_dir()}")
+    hint = keep_hint()
+    if hint is not None:
+        print(f"artifacts: {hint}")
     return dev
 
 
@@ -398,7 +457,11 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["BERTLIB_DOWNLOADS"] = "0"
         print("--inplace: the notebooks read the shipped sample (BERTLIB_DOWNLOADS=0), since their outputs are "
               "committed; set BERTLIB_DOWNLOADS=1 to run them on downloaded data")
-    artifacts = artifacts_dir()
+    try:
+        artifacts = artifacts_dir()
+    except ArtifactsError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     os.environ["BERTLIB_ARTIFACTS"] = str(artifacts.parent if SMOKE else artifacts)  # the kernels write there too
     out_dir = paths[0].parent if args.inplace else artifacts / "executed" / ("solutions" if args.solutions else "")
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -43,8 +43,21 @@ def read_only_checkout(tmp_path, monkeypatch) -> Path:
     monkeypatch.setattr(course, "IN_CHECKOUT", True)
     monkeypatch.setattr(course, "_fallback_reported", set())
     monkeypatch.delenv("BERTLIB_ARTIFACTS", raising=False)
+    on_host(monkeypatch, "local")
     monkeypatch.chdir(work)
     return work
+
+
+def on_host(monkeypatch, name: str) -> None:
+    """Make course.host() say `name` ("colab", "kaggle" or "local") as those hosts' own settings would."""
+    for variable in ("COLAB_RELEASE_TAG", "KAGGLE_KERNEL_RUN_TYPE"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    if name == "colab":
+        monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab-20261101-060000-RC00")
+    elif name == "kaggle":  # Kaggle's image is built on Colab's: both variables are set there
+        monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab-20261101-060000-RC00")
+        monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Interactive")
 
 
 def test_a_checkout_that_cannot_be_written_falls_back_to_the_working_folder_and_says_so(read_only_checkout, capsys):
@@ -63,6 +76,60 @@ def test_bertlib_artifacts_wins_and_an_unwritable_one_is_an_error(tmp_path, monk
     monkeypatch.setenv("BERTLIB_ARTIFACTS", str(tmp_path / "file"))
     with pytest.raises(PermissionError, match="BERTLIB_ARTIFACTS"):
         course.artifacts_dir()
+
+
+@pytest.mark.parametrize("smoke", [False, True])
+def test_a_bertlib_artifacts_that_is_a_file_is_one_line_in_a_notebook_and_in_the_runner(tmp_path, monkeypatch, capsys,
+                                                                                          smoke):
+    (tmp_path / "file").write_text("x")
+    monkeypatch.setenv("BERTLIB_ARTIFACTS", str(tmp_path / "file"))
+    monkeypatch.setattr(course, "SMOKE", smoke)
+    with pytest.raises(course.ArtifactsError) as caught:
+        course.artifacts_dir()
+    shown = caught.value._render_traceback_()  # what Jupyter prints instead of a traceback
+    assert len(shown) == 1 and "\n" not in shown[0], shown
+    for part in (f"BERTLIB_ARTIFACTS={tmp_path / 'file'}", "is a file, not a folder", "set BERTLIB_ARTIFACTS to a "):
+        assert part in shown[0], shown
+
+    monkeypatch.setenv("BERTLIB_SMOKE", "1" if smoke else "0")
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # the runner sets it for its kernels
+    assert course.main(["--only", "00"]) == 2  # refused before any notebook runs
+    err = capsys.readouterr().err
+    assert err.startswith("error: BERTLIB_ARTIFACTS=") and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("where", ["colab", "kaggle"])
+def test_on_colab_and_kaggle_the_artifacts_go_where_the_host_shows_and_keeps_them(where, tmp_path, monkeypatch,
+                                                                                  capsys):
+    on_host(monkeypatch, where)
+    monkeypatch.delenv("BERTLIB_ARTIFACTS", raising=False)
+    monkeypatch.setattr(course, "SMOKE", False)
+    folder = tmp_path / ("content" if where == "colab" else "kaggle/working") / "artifacts"
+    monkeypatch.setattr(course, "COLAB_ARTIFACTS" if where == "colab" else "KAGGLE_ARTIFACTS", folder)
+    assert course.host() == where
+    assert course.artifacts_dir() == folder and folder.is_dir()
+
+    monkeypatch.setattr(course, "seed_everything", lambda seed: None)
+    monkeypatch.setattr(course, "data_summary", lambda: "data: (not asked)")
+    course.setup()
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("artifacts:")]
+    assert lines[0] == f"artifacts: {folder}", lines  # the absolute path
+    assert len(lines) == 2, lines  # and one line on how to keep them
+    keep = {"colab": ("Google Drive", "drive.mount", "BERTLIB_ARTIFACTS=/content/drive/"),
+            "kaggle": ("Save Version", "Add Input", "/kaggle/working")}[where]
+    assert all(words in lines[1] for words in keep), lines[1]
+
+    monkeypatch.setenv("BERTLIB_ARTIFACTS", str(tmp_path / "drive"))  # the learner chose: no advice
+    assert course.artifacts_dir() == tmp_path / "drive" and course.keep_hint() is None
+
+
+def test_elsewhere_the_artifacts_are_the_checkout_s_and_a_relative_setting_is_made_absolute(tmp_path, monkeypatch):
+    on_host(monkeypatch, "local")
+    monkeypatch.delenv("BERTLIB_ARTIFACTS", raising=False)
+    assert course.artifacts_root() == ROOT / "artifacts" and course.keep_hint() is None
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BERTLIB_ARTIFACTS", "mine")
+    assert course.artifacts_root() == tmp_path / "mine"
 
 
 # ---------------------------------------------------------------------------------------------------------

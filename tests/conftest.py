@@ -1,5 +1,8 @@
 """Shared fixtures: a tiny random transformers BERT (the oracle), the real MiniLM checkpoint folder, a sandbox
-virtual environment, and hub settings that are the test's own."""
+virtual environment, and hub settings that are the test's own.
+
+Imports no torch at the top, so that the tests that need no torch also run where torch cannot be installed
+(a Python that torch has no wheel for yet)."""
 
 from __future__ import annotations
 
@@ -9,22 +12,29 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-import torch
 
-from bertlib import BertConfig
+if TYPE_CHECKING:
+    import torch
+
+    from bertlib import BertConfig
 
 
 @pytest.fixture
 def tiny_config() -> BertConfig:
     """A tiny config with dropout on (tests switch to eval where they compare numbers)."""
+    from bertlib import BertConfig
+
     return BertConfig.preset("tiny", vocab_size=211, max_position_embeddings=64)
 
 
 @pytest.fixture
 def padded_batch() -> dict[str, torch.Tensor]:
     """Three sentence pairs of different lengths, right-padded, with MLM and NSP labels."""
+    import torch
+
     generator = torch.Generator().manual_seed(0)
     input_ids = torch.randint(5, 211, (3, 16), generator=generator)
     attention_mask = torch.ones(3, 16, dtype=torch.long)
@@ -124,7 +134,9 @@ def hub_offline_as_the_test_sets_it(monkeypatch):
 
 def tiny_checkpoint_folder(folder: Path, words: list[str]) -> Path:
     """A tiny random BERT saved in transformers' format in `folder`, with a vocabulary of the specials + `words`."""
-    from bertlib import BertModel, hf
+    import torch
+
+    from bertlib import BertConfig, BertModel, hf
 
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]
     (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")

@@ -42,9 +42,11 @@ import torch  # noqa: E402
 
 from bertlib import BertConfig, BertForPreTraining  # noqa: E402
 from bertlib.corpus import load_corpus  # noqa: E402
+from bertlib.embeddings import sinusoidal_table  # noqa: E402
 from bertlib.mlm import MaskingCollator  # noqa: E402
 from bertlib.model import IGNORE_INDEX  # noqa: E402
 from bertlib.nsp import PretrainingDataset, create_instances_from_ids, tokenize_documents  # noqa: E402
+from bertlib.packing import packed_windows  # noqa: E402
 from bertlib.wordpiece import SPECIAL_TOKENS, BasicTokenizer, WordPieceTokenizer  # noqa: E402
 from bertlib.wordpiece_trainer import train_wordpiece  # noqa: E402
 
@@ -67,6 +69,9 @@ class Recipe:
     weight_decay: float = 0.01
     mlm_probability: float = 0.15
     init: float = 0.02             # initializer_range: std of the normal initial weights (BERT: 0.02)
+    positions: str = "learned"     # learned (BERT: random normal) | sinusoid-init (learned, starting from sinusoids)
+    heads: int = 0                 # attention heads; 0: hidden // 64, as BERT's presets
+    beta2: float = 0.999           # AdamW's second-moment decay (BERT 0.999, RoBERTa 0.98)
 
 
 CONFIGS: dict[str, Recipe] = {
@@ -128,26 +133,6 @@ def vocab_stats(tokenizer: WordPieceTokenizer, texts: list[str]) -> tuple[float,
 # ---------------------------------------------------------------- data
 
 
-def packed_rows(documents: list[list[list[int]]], width: int, rng: random.Random) -> list[dict]:
-    """RoBERTa-style inputs without NSP: the documents (shuffled) as one stream, cut into [CLS] window [SEP]
-    rows of `width` tokens from a random offset; a [SEP] separates documents inside a row."""
-    # sep id is filled in by the caller through the closure-free marker -1
-    order = list(range(len(documents)))
-    rng.shuffle(order)
-    stream: list[int] = []
-    for index in order:
-        stream.extend(t for sentence in documents[index] for t in sentence)
-        stream.append(-1)
-    body = width - 2
-    start = rng.randrange(body)
-    return [{"input_ids": stream[i:i + body]} for i in range(start, len(stream) - body + 1, body)]
-
-
-def finish_rows(rows: list[dict], cls_id: int, sep_id: int) -> list[dict]:
-    """Wrap each packed window in [CLS] ... [SEP] and replace the document markers by [SEP]."""
-    return [{"input_ids": [cls_id, *(sep_id if t < 0 else t for t in row["input_ids"]), sep_id]} for row in rows]
-
-
 class Epochs:
     """Endless shuffled batches; every pass over the training documents draws new pairs or new windows."""
 
@@ -157,14 +142,12 @@ class Epochs:
         self.items: list = []
 
     def _refill(self) -> None:
-        rng = random.Random(self.seed * 1000 + self.epoch)
         if self.recipe.nsp:
             self.items = list(create_instances_from_ids(self.documents, self.recipe.seq_len, 0.1, 1,
                                                         seed=self.seed * 1000 + self.epoch))
         else:
-            self.items = finish_rows(packed_rows(self.documents, self.recipe.seq_len, rng),
-                                     self.tokenizer.cls_id, self.tokenizer.sep_id)
-            rng.shuffle(self.items)
+            self.items = packed_windows(self.documents, self.recipe.seq_len, self.tokenizer.cls_id,
+                                        self.tokenizer.sep_id, seed=self.seed * 1000 + self.epoch)
         self.epoch += 1
 
     def next_batch(self) -> list:
@@ -178,8 +161,7 @@ def held_out_items(documents, recipe: Recipe, tokenizer: WordPieceTokenizer, see
     """The held-out documents in the configuration's own input format (pairs with NSP labels, or windows)."""
     if recipe.nsp:
         return list(PretrainingDataset(create_instances_from_ids(documents, recipe.seq_len, 0.1, 2, seed=seed)))
-    rows = packed_rows(documents, recipe.seq_len, random.Random(seed))
-    return finish_rows(rows, tokenizer.cls_id, tokenizer.sep_id)
+    return packed_windows(documents, recipe.seq_len, tokenizer.cls_id, tokenizer.sep_id, seed=seed)
 
 
 # ---------------------------------------------------------------- yardsticks
@@ -276,21 +258,27 @@ def run(name: str, recipe: Recipe, corpus_texts: list[str], args) -> dict:
 
     torch.manual_seed(args.seed)
     config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=recipe.hidden, num_layers=recipe.layers,
-                        num_heads=max(1, recipe.hidden // 64), intermediate_size=4 * recipe.hidden,
+                        num_heads=recipe.heads or max(1, recipe.hidden // 64), intermediate_size=4 * recipe.hidden,
                         max_position_embeddings=max(512, recipe.seq_len), hidden_dropout_prob=recipe.dropout,
                         attention_dropout_prob=recipe.dropout, pad_token_id=tokenizer.pad_id,
                         initializer_range=recipe.init)
     model = BertForPreTraining(config)
+    if recipe.positions == "sinusoid-init":
+        table = model.bert.embeddings.position.weight
+        with torch.no_grad():  # the same root-mean-square as the token embeddings
+            table.copy_(sinusoidal_table(*table.shape) * (recipe.init * math.sqrt(2)))
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": recipe.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=recipe.lr)
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=recipe.lr,
+                                  betas=(0.9, recipe.beta2))
     batches = Epochs(train_docs, recipe, tokenizer, args.seed)
 
     total = args.steps
     budget = args.minutes * 60 if args.steps is None else None
     tokens = 0
     step = 0
+    running = 0.0
     start = time.perf_counter()
     while True:
         if total is None and step == 20:  # steps that fit the time budget at the speed of the first 20
@@ -308,6 +296,10 @@ def run(name: str, recipe: Recipe, corpus_texts: list[str], args) -> dict:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         step += 1
+        running = loss.item() if step == 1 else 0.98 * running + 0.02 * loss.item()
+        if args.trace and step % args.trace == 0:
+            print(f"  {name} step {step}: training loss {running:.3f} ({time.perf_counter() - start:.0f} s)",
+                  flush=True)
         if not math.isfinite(loss.item()):
             print(f"{name}: loss not finite at step {step}", file=sys.stderr)
             break
@@ -352,7 +344,7 @@ def versus_transformers(recipe: Recipe, corpus_texts: list[str], args) -> None:
     items = held_out_items(held_docs, recipe, tokenizer, args.seed + 1)
     evaluation = [collator(items[i:i + 64]) for i in range(0, len(items), 64)]
     config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=recipe.hidden, num_layers=recipe.layers,
-                        num_heads=max(1, recipe.hidden // 64), intermediate_size=4 * recipe.hidden,
+                        num_heads=recipe.heads or max(1, recipe.hidden // 64), intermediate_size=4 * recipe.hidden,
                         hidden_dropout_prob=0.0, attention_dropout_prob=0.0, pad_token_id=tokenizer.pad_id,
                         initializer_range=recipe.init)
     ours = BertForPreTraining(config)
@@ -445,6 +437,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--vs-transformers", type=int, default=0, metavar="STEPS",
                         help="also train transformers' BertForPreTraining beside bertlib's for STEPS steps on the "
                              "same batches from the same weights (first chosen config)")
+    parser.add_argument("--trace", type=int, default=0, metavar="N", help="print the training loss every N steps")
     parser.add_argument("--list", action="store_true", help="print the configurations and exit")
     args = parser.parse_args(argv)
     if args.list:

@@ -1,4 +1,4 @@
-"""What `python -m bertlib.pretrain` does: corpus -> vocabulary -> sentence pairs -> Trainer -> exported model.
+"""What `python -m bertlib.pretrain` does: corpus -> vocabulary -> windows or pairs -> Trainer -> exported model.
 
     from bertlib.pretraining_run import run_pretraining
     run_pretraining(args)     # an argparse.Namespace of bertlib.pretrain's options
@@ -12,8 +12,8 @@ the count OUT/run.json records. OUT/run.json is written only once the Trainer ha
 checkpoint (or found none), so a refused run never replaces the record of the run the folder holds. A
 non-finite loss stops the run without exporting the model; Ctrl-C saves a checkpoint and exits with status 130.
 
-The recipe is BERT's (Devlin et al. 2019, appendix A.2): AdamW, peak lr 1e-4 with warmup and linear decay,
-weight decay 0.01, dropout 0.1, MLM + NSP loss.
+RECIPES holds the defaults of the two recipes (bertlib.pretrain's docstring says what each is and why);
+apply_recipe fills the flags a user left unset.
 
 Leaves out: the paper's second phase at sequence 512 (this always starts a new model or resumes its own run).
 """
@@ -30,12 +30,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.utils.data import Dataset
 
 from .checkpoint import DiskFullError, OutDirError, atomic_write, check_out_dir, latest_checkpoint
 from .config import BertConfig
 from .mlm import MaskingCollator, pretraining_metrics
 from .model import BertForPreTraining
 from .nsp import PretrainingDataset, create_instances_from_ids, tokenize_documents
+from .packing import PackedDataset, packed_windows
 from .run_lock import RunLock, RunLockedError
 from .time_budget import fit_steps_to_budget
 from .trainer import NonFiniteLossError, Trainer
@@ -47,9 +49,37 @@ PROG = "python -m bertlib.pretrain"
 DEFAULT_STEPS = 10_000  # --steps without --minutes
 PROBE_STEPS = 5  # steps a --minutes probe times, after one warm-up step
 # Arguments that decide the data, the model or the optimizer's state: a resumed run must keep them.
-FIXED_ON_RESUME = ("config", "corpus", "max_documents", "vocab", "seq_len", "batch_size", "mlm_probability",
-                   "max_predictions", "whole_word", "dupe_factor", "short_seq_prob", "eval_fraction", "seed",
-                   "vocab_size", "attn", "dropout", "lr", "warmup_ratio")
+FIXED_ON_RESUME = ("config", "corpus", "max_documents", "vocab", "vocab_score", "objective", "seq_len",
+                   "batch_size", "mlm_probability", "max_predictions", "whole_word", "dupe_factor", "short_seq_prob",
+                   "eval_fraction", "seed", "vocab_size", "attn", "dropout", "lr", "warmup_ratio")
+
+# The defaults of the flags a recipe sets. "cpu" is notebook 06's CPU run: on a small corpus and a few CPU
+# minutes, a tiny model on short packed windows with a large learning rate and no dropout leaves the
+# token-frequency plateau (benchmarks/README.md measures the alternatives). "gpu" is BERT's own recipe
+# (Devlin et al. 2019, appendix A.2) at a course size: sentence pairs, MLM + NSP, lr 1e-4, dropout 0.1.
+RECIPES: dict[str, dict[str, Any]] = {
+    "cpu": dict(config="tiny", vocab_size=4000, objective="mlm", batch_size=256, seq_len=16, lr=2e-3,
+                warmup_ratio=0.05, dropout=0.0),
+    "gpu": dict(config="mini", vocab_size=8000, objective="mlm+nsp", batch_size=32, seq_len=128, lr=1e-4,
+                warmup_ratio=0.1, dropout=0.1),
+}
+# What a run.json written before these flags existed ran with.
+BEFORE_RECIPES = {"objective": "mlm+nsp", "vocab_score": "likelihood"}
+
+
+def apply_recipe(args: argparse.Namespace) -> str:
+    """Fill the flags left unset from --recipe (by default the device's: cpu on a CPU, else gpu); a line to print."""
+    if args.recipe is None:
+        from .devices import pick_device
+
+        args.recipe = "cpu" if pick_device(args.device).type == "cpu" else "gpu"
+    chosen = {key: value for key, value in RECIPES[args.recipe].items() if getattr(args, key) is None}
+    for key, value in chosen.items():
+        setattr(args, key, value)
+    given = [key for key in RECIPES[args.recipe] if key not in chosen]
+    return (f"recipe {args.recipe}: " + ", ".join(f"{_flag(k)} {v}" for k, v in RECIPES[args.recipe].items()
+                                                if k in chosen)
+            + (f" (given: {', '.join(_flag(k) for k in given)})" if given else ""))
 
 
 class PretrainError(ValueError):
@@ -71,7 +101,10 @@ def check_resume(out: Path, args: dict[str, Any]) -> list[str]:
     except (OSError, ValueError, KeyError) as error:
         raise PretrainError(f"{saved_path} cannot be read ({error}); it records the run that {out} holds: "
                             "restore it, or use another --out") from None
-    changed = [f"{_flag(k)} was {saved.get(k)!r}, now {args[k]!r}" for k in FIXED_ON_RESUME if saved.get(k) != args[k]]
+    saved = {**BEFORE_RECIPES, **saved}
+    unused = ("vocab_size", "vocab_score") if args.get("vocab") else ()  # a given --vocab is not trained here
+    changed = [f"{_flag(k)} was {saved.get(k)!r}, now {args[k]!r}" for k in FIXED_ON_RESUME
+               if k not in unused and saved.get(k) != args[k]]
     if changed:
         raise PretrainError(f"{out} holds a run with other settings; use another --out or the same arguments:\n  "
                             + "\n  ".join(changed))
@@ -128,8 +161,8 @@ def load_texts(corpus: str, max_documents: int | None) -> tuple[list[str], str]:
     return documents.texts[:max_documents], documents.source
 
 
-def load_tokenizer(vocab: str | None, texts: list[str], vocab_size: int, out: Path, is_main: bool
-                   ) -> tuple[WordPieceTokenizer, Path]:
+def load_tokenizer(vocab: str | None, texts: list[str], vocab_size: int, out: Path, is_main: bool,
+                   score: str = "frequency") -> tuple[WordPieceTokenizer, Path]:
     """The tokenizer of --vocab, or of out/vocab.txt, trained on the corpus the first time.
 
     Under torchrun every process trains the same (deterministic) vocabulary and only rank 0 writes it.
@@ -140,8 +173,9 @@ def load_tokenizer(vocab: str | None, texts: list[str], vocab_size: int, out: Pa
     if path.is_file():
         return WordPieceTokenizer.from_vocab_file(path), path
     if is_main:
-        print(f"no --vocab: training a {vocab_size}-token WordPiece vocabulary on the corpus -> {path}")
-    tokenizer = WordPieceTokenizer(train_wordpiece(texts, vocab_size, show_progress=is_main))
+        print(f"no --vocab: training a {vocab_size}-token WordPiece vocabulary ({score} merges) on the corpus "
+              f"-> {path}")
+    tokenizer = WordPieceTokenizer(train_wordpiece(texts, vocab_size, show_progress=is_main, score=score))
     if is_main:
         atomic_write(path, tokenizer.save_vocab)
     return tokenizer, path
@@ -157,18 +191,29 @@ def check_vocabulary(tokenizer: WordPieceTokenizer, vocab_path: Path, trained_he
 
 
 def build_datasets(texts: list[str], tokenizer: WordPieceTokenizer, args: argparse.Namespace,
-                   show_progress: bool = True) -> tuple[PretrainingDataset, PretrainingDataset | None]:
-    """Sentence pairs of the training documents and of the held-out ones (every process builds the same)."""
+                   show_progress: bool = True) -> tuple[Dataset, Dataset | None]:
+    """The training and held-out data (every process builds the same): packed windows for --objective mlm,
+    sentence pairs for mlm+nsp. Held-out documents never reach training."""
     tokenized, _ = tokenize_documents(texts, tokenizer, show_progress)
-    if len(tokenized) < 2:
-        raise PretrainError(f"{args.corpus} has {len(tokenized)} document(s) with text after tokenizing: NSP needs "
-                            "at least two; give --corpus more documents")
+    nsp = args.objective == "mlm+nsp"
+    if len(tokenized) < (2 if nsp else 1):
+        raise PretrainError(f"{args.corpus} has {len(tokenized)} document(s) with text after tokenizing: "
+                            + ("NSP needs at least two" if nsp else "nothing to train on") + "; give --corpus more")
     held_out = round(len(tokenized) * args.eval_fraction)
-    if 0 < held_out < 2:
+    if 0 < held_out < 2 and nsp:
         held_out = 2 if len(tokenized) >= 6 else 0  # NotNext needs two documents on each side
+    held_out = min(held_out, len(tokenized) - 1)
     order = torch.randperm(len(tokenized), generator=torch.Generator().manual_seed(args.seed)).tolist()
     evaluation = [tokenized[i] for i in order[:held_out]]
     training = [tokenized[i] for i in order[held_out:]]
+    if not nsp:
+        train = PackedDataset(packed_windows(training, args.seq_len, tokenizer.cls_id, tokenizer.sep_id,
+                                             args.dupe_factor, seed=args.seed))
+        evaluate = None
+        if evaluation:
+            evaluate = PackedDataset(packed_windows(evaluation, args.seq_len, tokenizer.cls_id, tokenizer.sep_id,
+                                                    1, seed=args.seed + 1))
+        return train, evaluate
     train = PretrainingDataset(create_instances_from_ids(training, args.seq_len, args.short_seq_prob,
                                                          args.dupe_factor, seed=args.seed))
     evaluate = None
@@ -178,11 +223,12 @@ def build_datasets(texts: list[str], tokenizer: WordPieceTokenizer, args: argpar
     return train, evaluate
 
 
-def check_batches(train: PretrainingDataset, args: argparse.Namespace, world_size: int) -> None:
+def check_batches(train: Dataset, args: argparse.Namespace, world_size: int) -> None:
     """Refuse a corpus whose training pairs cannot fill one batch in every process."""
     if len(train) < args.batch_size * world_size:
         processes = f" x {world_size} processes" if world_size > 1 else ""
-        raise PretrainError(f"{args.corpus} gives {len(train)} training sentence pair(s), fewer than one batch of "
+        unit = "sentence pair(s)" if args.objective == "mlm+nsp" else "window(s)"
+        raise PretrainError(f"{args.corpus} gives {len(train)} training {unit}, fewer than one batch of "
                             f"--batch-size {args.batch_size}{processes}: use a smaller --batch-size, a larger "
                             f"--dupe-factor (now {args.dupe_factor}), or a bigger --corpus")
 
@@ -227,9 +273,12 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
     start = time.perf_counter()
     try:
         texts, source = load_texts(args.corpus, args.max_documents)
-        if len(texts) < 2:
-            raise PretrainError(f"{args.corpus} holds {len(texts)} document(s): NSP needs at least two")
-        tokenizer, vocab_path = load_tokenizer(args.vocab, texts, args.vocab_size, out, is_main)
+        if len(texts) < 2 and args.objective == "mlm+nsp":
+            raise PretrainError(f"{args.corpus} holds {len(texts)} document(s): NSP needs at least two "
+                                "(or use --objective mlm)")
+        if not texts:
+            raise PretrainError(f"{args.corpus} holds no documents")
+        tokenizer, vocab_path = load_tokenizer(args.vocab, texts, args.vocab_size, out, is_main, args.vocab_score)
     except (OSError, ValueError) as error:  # a missing or unusable corpus or vocabulary: say which, no traceback
         raise PretrainError(str(error)) from None
     check_vocabulary(tokenizer, vocab_path, trained_here=args.vocab is None)
@@ -238,7 +287,8 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
     check_batches(train, args, world_size)
     if is_main:
         eval_note = f", {len(evaluation)} held out" if evaluation is not None else ""
-        print(f"corpus: {len(texts)} documents of {source} -> {len(train)} sentence pairs "
+        unit = "sentence pairs" if args.objective == "mlm+nsp" else f"packed windows of {args.seq_len} tokens"
+        print(f"corpus: {len(texts)} documents of {source} -> {len(train)} {unit} "
               f"({train.num_tokens():,} tokens){eval_note}; vocabulary {tokenizer.vocab_size} from {vocab_path}")
 
     torch.manual_seed(args.seed)

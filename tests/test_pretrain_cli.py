@@ -67,7 +67,7 @@ def test_a_resume_with_another_lr_is_refused_and_more_steps_reported(corpus, voc
     out = tmp_path / "run"
     assert run(corpus, vocab, out) == 0
     assert (out / "pretrained" / "model.safetensors").is_file() and not (out / ".lock").exists()
-    with pytest.raises(SystemExit, match="--lr was 0.0001, now 0.001"):
+    with pytest.raises(SystemExit, match="--lr was 0.002, now 0.001"):
         run(corpus, vocab, out, "--lr", "1e-3")
     capsys.readouterr()
     with pytest.warns(UserWarning, match="decays to 0 at step 4"):
@@ -95,8 +95,36 @@ def test_a_named_source_that_cannot_be_had_says_what_to_do(vocab, tmp_path, monk
     monkeypatch.setenv("BERTLIB_DOWNLOADS", "0")
     with pytest.raises(SystemExit, match="--corpus wikitext: .*BERTLIB_DOWNLOADS=0.*source='sample'"):
         run("wikitext", vocab, tmp_path / "run")
-    with pytest.raises(SystemExit, match="--max-documents must be at least 2"):
-        run("sample", vocab, tmp_path / "run", "--max-documents", "1")
+    with pytest.raises(SystemExit, match="--max-documents must be at least 2 with --objective mlm\\+nsp"):
+        run("sample", vocab, tmp_path / "run", "--max-documents", "1", "--objective", "mlm+nsp")
+    with pytest.raises(SystemExit, match="--max-documents must be at least 2 .* and 1 otherwise, got 0"):
+        run("sample", vocab, tmp_path / "run", "--max-documents", "0")
+
+
+def test_the_recipe_fills_the_flags_not_given_and_a_given_flag_wins(corpus, vocab, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert run(corpus, vocab, out, "--recipe", "gpu", "--lr", "3e-4") == 0
+    said = capsys.readouterr().out
+    assert "recipe gpu:" in said and "--objective mlm+nsp" in said and "--lr" not in said.split("(given")[0]
+    recorded = json.loads((out / "run.json").read_text())["args"]
+    assert (recorded["objective"], recorded["lr"], recorded["dropout"]) == ("mlm+nsp", 3e-4, 0.1)
+    assert "sentence pairs" in said or "pairs" in said
+
+
+def test_a_run_from_before_the_recipes_resumes_as_the_mlm_and_nsp_run_it_was(corpus, vocab, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert run(corpus, vocab, out, "--recipe", "gpu", "--dropout", "0.1") == 0
+    record = json.loads((out / "run.json").read_text())
+    for flag in ("objective", "vocab_score", "recipe"):
+        record["args"].pop(flag, None)
+    (out / "run.json").write_text(json.dumps(record))
+    capsys.readouterr()
+    with pytest.warns(UserWarning, match="decays to 0 at step 4"):
+        assert run(corpus, vocab, out, "--steps", "4", "--lr", "1e-4", "--warmup-ratio", "0.1", "--dropout", "0.1",
+                   "--objective", "mlm+nsp") == 0
+    assert list_checkpoints(out)[-1].name == "checkpoint-4.pt"
+    with pytest.raises(SystemExit, match="--objective was 'mlm\\+nsp', now 'mlm'"):
+        run(corpus, vocab, out, "--steps", "5", "--objective", "mlm")
 
 
 def probe_says(monkeypatch, seconds_per_step: float) -> list[int]:

@@ -31,7 +31,7 @@ import os
 import random
 import sys
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -49,6 +49,7 @@ from bertlib.nsp import PretrainingDataset, create_instances_from_ids, tokenize_
 from bertlib.packing import packed_windows  # noqa: E402
 from bertlib.wordpiece import SPECIAL_TOKENS, BasicTokenizer, WordPieceTokenizer  # noqa: E402
 from bertlib.wordpiece_trainer import train_wordpiece  # noqa: E402
+from bertlib.yardsticks import Guessers, score_masked_positions  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -164,68 +165,15 @@ def held_out_items(documents, recipe: Recipe, tokenizer: WordPieceTokenizer, see
     return packed_windows(documents, recipe.seq_len, tokenizer.cls_id, tokenizer.sep_id, seed=seed)
 
 
-# ---------------------------------------------------------------- yardsticks
-
-
-class Guessers:
-    """Frequency and bigram guessers and the unigram cross-entropy, from the training token stream."""
-
-    def __init__(self, documents: list[list[list[int]]], vocab_size: int, special: set[int]):
-        unigram: Counter = Counter()
-        follows: defaultdict[int, Counter] = defaultdict(Counter)
-        for document in documents:
-            for sentence in document:
-                unigram.update(sentence)
-                for left, right in zip(sentence, sentence[1:], strict=False):
-                    follows[left][right] += 1
-        self.commonest = unigram.most_common(1)[0][0]
-        self.bigram = {left: counts.most_common(1)[0][0] for left, counts in follows.items()}
-        counts = torch.full((vocab_size,), 0.5)
-        for token, count in unigram.items():
-            counts[token] += count
-        counts[list(special)] = 0
-        self.log_unigram = (counts / counts.sum()).log()
-
-
 # ---------------------------------------------------------------- training and evaluation
 
 
-@torch.no_grad()
 def evaluate(model, items, collator: MaskingCollator, guessers: Guessers, mask_id: int, batch: int,
              passes: int, seed: int) -> dict[str, float]:
-    """Held-out MLM (at [MASK] positions) and NSP; the same masks for every configuration's guessers."""
-    model.eval()
-    hits = freq_hits = bigram_hits = count = 0
-    loss_sum = unigram_sum = 0.0
-    nsp_hits = nsp_count = 0
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        for _ in range(passes):
-            for start in range(0, len(items), batch):
-                data = collator(items[start:start + batch])
-                labels = data["mlm_labels"]
-                out = model(**data)
-                chosen = labels != IGNORE_INDEX
-                at_mask = (data["input_ids"] == mask_id)[chosen]  # over the chosen positions, row-major
-                targets = labels[chosen][at_mask]
-                logits = out.mlm_logits[at_mask].float()
-                hits += int((logits.argmax(-1) == targets).sum())
-                loss_sum += float(torch.nn.functional.cross_entropy(logits, targets, reduction="sum"))
-                unigram_sum += float(-guessers.log_unigram[targets].sum())
-                freq_hits += int((targets == guessers.commonest).sum())
-                original = data["input_ids"].masked_scatter(chosen, labels[chosen])
-                rows, cols = chosen.nonzero(as_tuple=True)
-                left = original[rows[at_mask], cols[at_mask] - 1].tolist()
-                guess = torch.tensor([guessers.bigram.get(t, guessers.commonest) for t in left])
-                bigram_hits += int((guess == targets).sum())
-                count += len(targets)
-                if "nsp_labels" in data:
-                    nsp_hits += int((out.nsp_logits.argmax(-1) == data["nsp_labels"]).sum())
-                    nsp_count += len(data["nsp_labels"])
-    model.train()
-    return {"acc": hits / count, "freq": freq_hits / count, "bigram": bigram_hits / count,
-            "loss": loss_sum / count, "unigram": unigram_sum / count,
-            "nsp": nsp_hits / nsp_count if nsp_count else float("nan"), "masked": count}
+    """Held-out MLM (at [MASK] positions) and NSP; the same masks for the model and both guessers."""
+    scores = score_masked_positions(model, items, collator, guessers, mask_id, batch, passes, seed)
+    return {"acc": scores.accuracy, "freq": scores.frequency, "bigram": scores.bigram, "loss": scores.model_loss,
+            "unigram": scores.unigram_loss, "nsp": scores.nsp_accuracy, "masked": scores.masked}
 
 
 def lr_at(step: int, recipe: Recipe, total: int) -> float:
@@ -251,7 +199,7 @@ def run(name: str, recipe: Recipe, corpus_texts: list[str], args) -> dict:
     pieces_per_word, top_whole = vocab_stats(tokenizer, corpus_texts)
     train_docs, _ = tokenize_documents(train_texts, tokenizer, show_progress=False)
     held_docs, _ = tokenize_documents(held, tokenizer, show_progress=False)
-    guessers = Guessers(train_docs, tokenizer.vocab_size, tokenizer.special_ids)
+    guessers = Guessers((s for d in train_docs for s in d), tokenizer.vocab_size, tokenizer.special_ids)
     collator = MaskingCollator(tokenizer, recipe.mlm_probability, max_predictions=max(20, recipe.seq_len // 5),
                                whole_word=recipe.whole_word)
     evaluation = held_out_items(held_docs, recipe, tokenizer, args.seed + 1)

@@ -28,6 +28,15 @@ class History:
 
     records: list[dict[str, float]] = field(default_factory=list)
 
+    @classmethod
+    def read_csv(cls, path) -> History:
+        """The history a run wrote with `frame().to_csv` (python -m bertlib.pretrain's history.csv)."""
+        import pandas as pd
+
+        frame = pd.read_csv(path)
+        return cls([{key: value for key, value in row.items() if pd.notna(value)}
+                    for row in frame.to_dict("records")])
+
     def frame(self):
         """The records as a pandas DataFrame indexed by step (NaN where a step lacks a key)."""
         import pandas as pd

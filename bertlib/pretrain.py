@@ -108,6 +108,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="run the MLM head at every position (slower; the default runs it at masked ones)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                        help="progress bars on stderr (--no-progress: the summary lines only, as notebook 06 runs it)")
     parser.add_argument("--device", default=None, help="default: cuda, then mps, then cpu")
     return parser
 

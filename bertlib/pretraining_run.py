@@ -34,6 +34,7 @@ from torch.utils.data import Dataset
 
 from .checkpoint import DiskFullError, OutDirError, atomic_write, check_out_dir, latest_checkpoint
 from .config import BertConfig
+from .history import History
 from .mlm import MaskingCollator, pretraining_metrics
 from .model import BertForPreTraining
 from .nsp import PretrainingDataset, create_instances_from_ids, tokenize_documents
@@ -162,7 +163,7 @@ def load_texts(corpus: str, max_documents: int | None) -> tuple[list[str], str]:
 
 
 def load_tokenizer(vocab: str | None, texts: list[str], vocab_size: int, out: Path, is_main: bool,
-                   score: str = "frequency") -> tuple[WordPieceTokenizer, Path]:
+                   score: str = "frequency", show_progress: bool = True) -> tuple[WordPieceTokenizer, Path]:
     """The tokenizer of --vocab, or of out/vocab.txt, trained on the corpus the first time.
 
     Under torchrun every process trains the same (deterministic) vocabulary and only rank 0 writes it.
@@ -175,7 +176,7 @@ def load_tokenizer(vocab: str | None, texts: list[str], vocab_size: int, out: Pa
     if is_main:
         print(f"no --vocab: training a {vocab_size}-token WordPiece vocabulary ({score} merges) on the corpus "
               f"-> {path}")
-    tokenizer = WordPieceTokenizer(train_wordpiece(texts, vocab_size, show_progress=is_main, score=score))
+    tokenizer = WordPieceTokenizer(train_wordpiece(texts, vocab_size, show_progress=show_progress, score=score))
     if is_main:
         atomic_write(path, tokenizer.save_vocab)
     return tokenizer, path
@@ -190,6 +191,16 @@ def check_vocabulary(tokenizer: WordPieceTokenizer, vocab_path: Path, trained_he
                             f"[MASK]): there is nothing for MLM to predict; use {fix}")
 
 
+def split_documents(count: int, eval_fraction: float, seed: int, nsp: bool) -> tuple[list[int], list[int]]:
+    """(training, held-out) indices of `count` tokenized documents, in a seeded order: the CLI's split."""
+    held_out = round(count * eval_fraction)
+    if 0 < held_out < 2 and nsp:
+        held_out = 2 if count >= 6 else 0  # NotNext needs two documents on each side
+    held_out = min(held_out, count - 1)
+    order = torch.randperm(count, generator=torch.Generator().manual_seed(seed)).tolist()
+    return order[held_out:], order[:held_out]
+
+
 def build_datasets(texts: list[str], tokenizer: WordPieceTokenizer, args: argparse.Namespace,
                    show_progress: bool = True) -> tuple[Dataset, Dataset | None]:
     """The training and held-out data (every process builds the same): packed windows for --objective mlm,
@@ -199,13 +210,9 @@ def build_datasets(texts: list[str], tokenizer: WordPieceTokenizer, args: argpar
     if len(tokenized) < (2 if nsp else 1):
         raise PretrainError(f"{args.corpus} has {len(tokenized)} document(s) with text after tokenizing: "
                             + ("NSP needs at least two" if nsp else "nothing to train on") + "; give --corpus more")
-    held_out = round(len(tokenized) * args.eval_fraction)
-    if 0 < held_out < 2 and nsp:
-        held_out = 2 if len(tokenized) >= 6 else 0  # NotNext needs two documents on each side
-    held_out = min(held_out, len(tokenized) - 1)
-    order = torch.randperm(len(tokenized), generator=torch.Generator().manual_seed(args.seed)).tolist()
-    evaluation = [tokenized[i] for i in order[:held_out]]
-    training = [tokenized[i] for i in order[held_out:]]
+    training_order, held_out_order = split_documents(len(tokenized), args.eval_fraction, args.seed, nsp)
+    evaluation = [tokenized[i] for i in held_out_order]
+    training = [tokenized[i] for i in training_order]
     if not nsp:
         train = PackedDataset(packed_windows(training, args.seq_len, tokenizer.cls_id, tokenizer.sep_id,
                                              args.dupe_factor, seed=args.seed))
@@ -278,12 +285,13 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
                                 "(or use --objective mlm)")
         if not texts:
             raise PretrainError(f"{args.corpus} holds no documents")
-        tokenizer, vocab_path = load_tokenizer(args.vocab, texts, args.vocab_size, out, is_main, args.vocab_score)
+        tokenizer, vocab_path = load_tokenizer(args.vocab, texts, args.vocab_size, out, is_main, args.vocab_score,
+                                               show_progress=is_main and args.progress)
+        check_vocabulary(tokenizer, vocab_path, trained_here=args.vocab is None)
+        collator = MaskingCollator(tokenizer, args.mlm_probability, args.max_predictions, args.whole_word)
     except (OSError, ValueError) as error:  # a missing or unusable corpus or vocabulary: say which, no traceback
         raise PretrainError(str(error)) from None
-    check_vocabulary(tokenizer, vocab_path, trained_here=args.vocab is None)
-    collator = MaskingCollator(tokenizer, args.mlm_probability, args.max_predictions, args.whole_word)
-    train, evaluation = build_datasets(texts, tokenizer, args, show_progress=is_main)
+    train, evaluation = build_datasets(texts, tokenizer, args, show_progress=is_main and args.progress)
     check_batches(train, args, world_size)
     if is_main:
         eval_note = f", {len(evaluation)} held out" if evaluation is not None else ""
@@ -300,7 +308,7 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
         max_steps=args.steps or 1, batch_size=args.batch_size, lr=args.lr, warmup_ratio=args.warmup_ratio,
         precision=args.precision, compile=args.compile, eval_every=args.eval_every, log_every=args.log_every,
         checkpoint_every=args.checkpoint_every, out_dir=out, seed=args.seed, device=args.device,
-        progress=is_main,
+        progress=is_main and args.progress,
     )
     collate = (lambda items: {**collator(items), "sparse_mlm": False}) if args.dense_mlm else collator
     if args.steps is None or (args.minutes is not None and latest_checkpoint(out) is None):
@@ -340,3 +348,35 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
               + ", ".join(f"{k} {v:.4g}" for k, v in last.items()))
         print(f"model for fine-tuning: {folder.resolve()} (bertlib.hf.from_pretrained or transformers)")
     return 0
+
+
+@dataclasses.dataclass
+class FinishedRun:
+    """A run of `python -m bertlib.pretrain` read back from its folder, with the data it trained and held out."""
+
+    args: argparse.Namespace
+    tokenizer: WordPieceTokenizer
+    model: BertForPreTraining
+    history: History
+    train: Dataset
+    held_out: Dataset | None
+    held_out_texts: list[str]
+
+
+def load_finished_run(out: str | Path) -> FinishedRun:
+    """The exported model, its vocabulary, its logged history and the same training and held-out data again."""
+    from . import hf
+
+    out = Path(out)
+    for needed in ("run.json", "history.csv", "pretrained"):
+        if not (out / needed).exists():
+            raise FileNotFoundError(f"{out / needed} is missing: {out} holds no finished run of {PROG}")
+    args = argparse.Namespace(**json.loads((out / "run.json").read_text(encoding="utf-8"))["args"])
+    tokenizer = WordPieceTokenizer.from_vocab_file(out / "pretrained" / "vocab.txt")
+    texts, _ = load_texts(args.corpus, args.max_documents)
+    train, held_out = build_datasets(texts, tokenizer, args, show_progress=False)
+    tokenized, kept = tokenize_documents(texts, tokenizer, show_progress=False)
+    _, held_out_order = split_documents(len(tokenized), args.eval_fraction, args.seed, args.objective == "mlm+nsp")
+    model = hf.from_pretrained(out / "pretrained", cls=BertForPreTraining, verbose=False)
+    return FinishedRun(args, tokenizer, model, History.read_csv(out / "history.csv"), train, held_out,
+                       [texts[kept[i]] for i in held_out_order])

@@ -7,8 +7,9 @@ import json
 import pandas as pd
 import pytest
 
-from bertlib import pretrain, time_budget
+from bertlib import pretrain, pretraining_run, time_budget
 from bertlib.checkpoint import list_checkpoints
+from bertlib.history import History
 from bertlib.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
 from bertlib.wordpiece_trainer import train_wordpiece
 
@@ -184,3 +185,27 @@ def test_the_help_says_steps_cap_the_minutes(capsys):
     with pytest.raises(SystemExit):
         pretrain.main(["--help"])
     assert "upper bound" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_finished_run_reads_back_with_its_model_history_and_held_out_documents(corpus, vocab, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert run(corpus, vocab, out, "--eval-fraction", "0.25", "--eval-every", "2", "--no-progress") == 0
+    assert "train:" not in capsys.readouterr().err  # --no-progress: the summary lines only
+    finished = pretraining_run.load_finished_run(out)
+    assert finished.args.steps == 3 and finished.args.objective == "mlm"
+    assert len(finished.held_out_texts) == 2 and len(finished.held_out) > 0 and len(finished.train) > 0
+    training_texts = {path.read_text(encoding="utf-8") for path in corpus.glob("*.txt")} - set(finished.held_out_texts)
+    assert len(training_texts) == 6  # the held-out documents are two of the eight, and only those two
+    assert finished.history.records == History.read_csv(out / "history.csv").records
+    assert [r["step"] for r in finished.history.records] == [1, 2, 3]
+    assert finished.history.last("eval_mlm_loss") > 0 and "eval_loss" not in finished.history.records[0]
+    (out / "history.csv").unlink()
+    with pytest.raises(FileNotFoundError, match="history.csv is missing"):
+        pretraining_run.load_finished_run(out)
+
+
+def test_a_vocabulary_without_mask_is_one_line_naming_the_file(corpus, tmp_path):
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "river", "garden"]) + "\n")
+    with pytest.raises(SystemExit, match=r"vocab.txt: the vocabulary lacks \[MASK\]"):
+        run(corpus, vocab, tmp_path / "run")

@@ -13,7 +13,8 @@ real_comments_binary.csv) with its exact command, its settings, its timings and 
 (the last is the best from-scratch attempt so far; benchmarks/README.md has the table of all of them).
 
 The data are the 8,000 real Jigsaw comments of ../shared/data/jigsaw_binary_dev.csv (binary `toxic`, balanced
-50/50, unlike the competition's 10%). The protocol, the same for every model:
+50/50, unlike the competition's 10%), a copy the course cannot ship. A reader builds a set of the same shape from
+Kaggle's train.csv with build_balanced_comments.py and passes it with --data. The protocol, the same for every model:
 
 1. Every comment goes through bertlib.cleaning.clean_text; comments empty after cleaning and exact duplicates
    (after cleaning: the text the models see) are removed before any split, and counted.

@@ -32,22 +32,34 @@ def as_2d(values: Any) -> np.ndarray:
     return array[:, None] if array.ndim == 1 else array
 
 
-def tune_thresholds(probs: Any, labels: Any, default: float = 0.5) -> np.ndarray:
+MIN_POSITIVES_TO_TUNE = 5
+"""Fewer validation positives than this and a label keeps the default threshold: a cut tuned on one or two
+comments sits just under their scores, and flags whatever else scores as high."""
+
+
+def tune_thresholds(probs: Any, labels: Any, default: float = 0.5,
+                    min_positives: int = MIN_POSITIVES_TO_TUNE) -> np.ndarray:
     """Per label, the probability threshold with the best F1 on these (validation) examples.
 
-    A label without both classes here keeps `default`. Predict positive when prob >= threshold.
+    A label with fewer than `min_positives` positives here, or no negatives, keeps `default` (untuned_labels
+    names them). Predict positive when prob >= threshold.
     """
     from sklearn.metrics import precision_recall_curve
 
     probs, labels = as_2d(probs), as_2d(labels)
     thresholds = np.full(probs.shape[1], default)
-    for j in range(probs.shape[1]):
-        if labels[:, j].min() == labels[:, j].max():
-            continue
+    for j in np.flatnonzero(~untuned_labels(labels, min_positives)):
         precision, recall, cut = precision_recall_curve(labels[:, j], probs[:, j])
         f1 = 2 * precision * recall / np.maximum(precision + recall, 1e-12)
         thresholds[j] = cut[int(np.argmax(f1[:-1]))]  # the last (precision 1, recall 0) point has no cut
     return thresholds
+
+
+def untuned_labels(labels: Any, min_positives: int = MIN_POSITIVES_TO_TUNE) -> np.ndarray:
+    """(n_labels,) bool: True where tune_thresholds keeps the default (too few positives, or no negatives)."""
+    labels = as_2d(labels)
+    positives = labels.sum(axis=0)
+    return (positives < max(min_positives, 1)) | (positives == len(labels))
 
 
 TOO_FEW_POSITIVES = "too few positives to score"

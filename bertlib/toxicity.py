@@ -23,6 +23,7 @@ import torch
 
 from .batching import PadCollator
 from .checkpoint import atomic_write
+from .config import BertConfig
 from .fast_tokenizer import check_texts, encode_texts, load_tokenizer
 from .model import BertForSequenceClassification
 
@@ -99,6 +100,22 @@ class ToxicityClassifier:
                                    num_labels=len(label_names), label_names=tuple(label_names),
                                    problem_type="multi_label_classification", **config_overrides)
         return cls(model, folder / "vocab.txt", _read_lowercase(folder), max_len=max_len, clean=clean)
+
+    @classmethod
+    def untrained(cls, name_or_path: str | Path, label_names: Sequence[str], max_len: int = 256,
+                  clean: bool = True) -> ToxicityClassifier:
+        """A checkpoint's architecture and vocabulary with fresh random weights: fine-tuning without pretraining.
+
+        The control that says what pretraining bought: the model is built from the checkpoint's config.json
+        and initialised as BERT initialises (normal, std initializer_range), none of its weights loaded.
+        """
+        from . import hf
+
+        folder = hf.resolve(name_or_path)
+        config = BertConfig.from_json(folder / "config.json", num_labels=len(label_names),
+                                      label_names=tuple(label_names), problem_type="multi_label_classification")
+        return cls(BertForSequenceClassification(config), folder / "vocab.txt", _read_lowercase(folder),
+                   max_len=max_len, clean=clean)
 
     def encode(self, texts: Iterable[str]) -> list[list[int]]:
         """Token ids per text, cleaned (if `clean`) and truncated as predict does it."""

@@ -27,7 +27,7 @@ from bertlib.fast_tokenizer import encode_texts, load_tokenizer
 from bertlib.finetune import FineTuneConfig, fine_tune, make_batch_sampler
 from bertlib.finetune import main as finetune_main
 from bertlib.labels import ANY_TOXIC, label_matrix, positive_weights, task_labels
-from bertlib.metrics import confident_mistakes, confusion_matrices, evaluate, tune_thresholds
+from bertlib.metrics import confident_mistakes, confusion_matrices, evaluate, tune_thresholds, untuned_labels
 from bertlib.predict import main as predict_main
 from bertlib.sampling import LengthGroupedBatchSampler, length_grouped_batches
 from bertlib.split import stratified_split
@@ -231,6 +231,18 @@ def test_tuned_threshold_is_the_best_f1_cut():
     assert tune_thresholds(probs[:, :1], np.zeros((300, 1)))[0] == 0.5  # no positives: the default
 
 
+def test_a_label_with_fewer_than_five_validation_positives_keeps_the_default_threshold():
+    labels = np.zeros((40, 3))
+    labels[:4, 0] = 1   # 4 positives: too few to tune on
+    labels[:5, 1] = 1   # 5: enough
+    labels[:, 2] = 1    # no negatives
+    probs = np.linspace(0.05, 0.95, 40)[::-1, None].repeat(3, axis=1)  # the positives score highest
+    thresholds = tune_thresholds(probs, labels)
+    assert thresholds[0] == 0.5 and thresholds[2] == 0.5 and thresholds[1] == pytest.approx(probs[4, 1])
+    assert untuned_labels(labels).tolist() == [True, False, True]
+    assert tune_thresholds(probs, labels, min_positives=1)[0] == pytest.approx(probs[3, 0])
+
+
 def test_evaluate_agrees_with_sklearn_and_leaves_undefined_labels_out():
     rng = np.random.default_rng(1)
     labels = (rng.random((200, 3)) < 0.3).astype(float)
@@ -312,6 +324,19 @@ def test_predictions_do_not_depend_on_batching_or_order(tiny_checkpoint, one_thr
     np.testing.assert_allclose(classifier.predict(texts[::-1]).to_numpy(), one[::-1], atol=1e-5, rtol=0)
     flags = classifier.flag(texts[:4])
     assert flags.dtypes.eq(bool).all() and flags.shape == (4, 2)
+
+
+def test_an_untrained_classifier_has_the_checkpoints_shape_and_none_of_its_weights(tiny_checkpoint):
+    torch.manual_seed(12345)  # not the seed the fixture's weights were drawn with
+    fresh = ToxicityClassifier.untrained(tiny_checkpoint, ["toxic", "threat"], max_len=32)
+    loaded = ToxicityClassifier.from_checkpoint(tiny_checkpoint, ["toxic", "threat"], verbose=False)
+    assert fresh.model.config.to_dict() == loaded.model.config.to_dict() and fresh.label_names == ["toxic", "threat"]
+    ours, theirs = fresh.model.state_dict(), loaded.model.state_dict()
+    assert ours.keys() == theirs.keys()
+    word = "bert.embeddings.token.weight"
+    assert not torch.equal(ours[word], theirs[word])  # nothing was loaded
+    assert abs(float(ours[word].std()) - fresh.model.config.initializer_range) < 0.01  # BERT's initialisation
+    assert fresh.max_len == 32 and fresh.tokenizer.get_vocab_size() == fresh.model.config.vocab_size
 
 
 def test_a_vocab_that_is_not_the_models_is_refused(tiny_checkpoint, minilm_folder):

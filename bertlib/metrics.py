@@ -218,17 +218,13 @@ def with_intervals(table: pd.DataFrame, metrics: Sequence[str] = ("roc_auc", "pr
 
 
 def confusion_matrices(probs: Any, labels: Any, thresholds: Sequence[float] | float = 0.5) -> np.ndarray:
-    """(labels, 2, 2) counts [[TN, FP], [FN, TP]] per label at its threshold."""
+    """(labels, 2, 2) counts [[TN, FP], [FN, TP]] per label at its threshold (sklearn's multilabel matrices)."""
+    from sklearn.metrics import multilabel_confusion_matrix
+
     probs, labels = as_2d(probs), as_2d(labels)
     cuts = np.broadcast_to(np.asarray(thresholds, dtype=np.float64), (probs.shape[1],))
-    predicted = probs >= cuts  # (rows, labels)
-    truth = labels.astype(bool)
-    out = np.empty((probs.shape[1], 2, 2), dtype=np.int64)
-    out[:, 0, 0] = (~truth & ~predicted).sum(axis=0)
-    out[:, 0, 1] = (~truth & predicted).sum(axis=0)
-    out[:, 1, 0] = (truth & ~predicted).sum(axis=0)
-    out[:, 1, 1] = (truth & predicted).sum(axis=0)
-    return out
+    predicted = (probs >= cuts).astype(np.int64)  # (rows, labels)
+    return multilabel_confusion_matrix(labels.astype(np.int64), predicted).astype(np.int64)
 
 
 def confident_mistakes(texts: Sequence[str], probs: Any, labels: Any, label_names: Sequence[str],

@@ -190,14 +190,6 @@ class PretrainingDataset(Dataset):
     def __init__(self, instances: Sequence[PretrainingInstance]):
         self.instances = list(instances)
 
-    @classmethod
-    def from_documents(cls, documents: Sequence[Any], tokenizer: Any, max_seq_len: int = 128,
-                       short_seq_prob: float = 0.1, dupe_factor: int = 1, seed: int = 0,
-                       show_progress: bool = True) -> PretrainingDataset:
-        """Build the sentence pairs of `documents` (see `create_instances`)."""
-        return cls(create_instances(documents, tokenizer, max_seq_len, short_seq_prob, dupe_factor, seed,
-                                    show_progress))
-
     def __len__(self) -> int:
         return len(self.instances)
 

@@ -152,20 +152,6 @@ def attention_heatmaps(
     return fig
 
 
-def similarity_heatmap(similarity: ArrayLike, labels: Sequence[str], title: str = "",
-                       vmin: float | None = None, vmax: float = 1.0) -> Figure:
-    """A square similarity matrix (cosine or other) with its values written in each cell."""
-    values = to_numpy(similarity)
-    _check_2d(values, "similarity")
-    if values.shape[0] != values.shape[1]:
-        raise ValueError(f"a similarity matrix is square, got shape {values.shape}")
-    side = max(4.0, 0.55 * len(labels) + 2.5)
-    fig, ax = plt.subplots(figsize=(side + 1.0, side), layout="constrained")
-    draw_heatmap(ax, values, row_labels=labels, col_labels=labels, title=title, cmap="magma",
-                 vmin=vmin, vmax=vmax, annotate=True)
-    return fig
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Diagrams of the architecture: boxes and arrows drawn with matplotlib, so they are tested and reproducible.
 # ---------------------------------------------------------------------------------------------------------

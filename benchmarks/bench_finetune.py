@@ -58,7 +58,7 @@ import transformers
 
 from bertlib import BertConfig, BertForSequenceClassification, hf
 from bertlib.batching import PadCollator
-from bertlib.course import data_dir
+from bertlib.data import sample_dir
 from bertlib.fast_tokenizer import encode_texts, load_tokenizer
 from bertlib.sampling import length_grouped_batches
 
@@ -77,7 +77,7 @@ def minilm_folder() -> Path:
 
 def labelled_comments() -> tuple[list[str], np.ndarray, str]:
     """Texts, 0/1 `toxic` labels and a line naming them: the shared real comments if present, else the sample."""
-    path = REAL_COMMENTS if REAL_COMMENTS.is_file() else data_dir() / "toxic_comments_sample.csv"
+    path = REAL_COMMENTS if REAL_COMMENTS.is_file() else sample_dir() / "toxic_comments_sample.csv"
     frame = pd.read_csv(path, keep_default_na=False)
     kind = "real Jigsaw comments" if path == REAL_COMMENTS else "course sample comments"
     return frame["comment_text"].tolist(), frame["toxic"].to_numpy(np.float32), f"{path.name} ({len(frame):,} {kind})"

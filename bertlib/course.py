@@ -82,13 +82,6 @@ def notebooks_dir() -> Path:
 NOTEBOOKS = notebooks_dir()
 
 
-def data_dir() -> Path:
-    """The sample data shipped with the course: data/ in the checkout, else the copy installed as package data."""
-    from .data import sample_dir
-
-    return sample_dir()
-
-
 COLAB_ARTIFACTS = Path("/content/artifacts")
 """The artifacts folder on Colab: under /content, the folder Colab's file browser shows."""
 

@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_in_a_checkout_the_sample_and_the_notebooks_are_the_checkouts():
     assert course.IN_CHECKOUT
-    assert course.data_dir() == ROOT / "data"
-    assert (course.data_dir() / data.SAMPLE_COMMENTS).is_file()
+    assert data.sample_dir() == ROOT / "data"
+    assert (data.sample_dir() / data.SAMPLE_COMMENTS).is_file()
     assert course.notebooks_dir() == ROOT / "notebooks"
     assert course.notebook_paths()[0].name.startswith("00_")
     assert all(path.parent.name == "solutions" for path in course.notebook_paths(solutions=True))

@@ -167,7 +167,7 @@ def test_resolution_order_explicit_then_kaggle_then_sample(monkeypatch, tmp_path
     kaggle = tmp_path / "kaggle"
     kaggle.mkdir()
     monkeypatch.setattr(data, "KAGGLE_DIR", kaggle)
-    sample = course.data_dir() / data.SAMPLE_COMMENTS
+    sample = data.sample_dir() / data.SAMPLE_COMMENTS
     if sample.is_file():
         assert data.find_comments() == sample
     else:
@@ -204,7 +204,7 @@ def test_missing_paths_raise_file_not_found(tmp_path, no_kaggle):
 
 
 def test_shipped_sample_is_valid_and_realistic(no_kaggle):
-    sample = course.data_dir() / data.SAMPLE_COMMENTS
+    sample = data.sample_dir() / data.SAMPLE_COMMENTS
     assert sample.is_file(), f"the shipped sample {sample} is missing"  # the repository's own: never skipped
     loaded = load_comments()
     positives = loaded.labels.sum(axis=0)
@@ -265,7 +265,7 @@ def test_corpus_errors(tmp_path):
 
 
 def test_shipped_corpus_is_large_multi_paragraph_and_keeps_identity():
-    assert (course.data_dir() / data.SAMPLE_CORPUS).is_dir(), "the shipped corpus data/corpus is missing"
+    assert (data.sample_dir() / data.SAMPLE_CORPUS).is_dir(), "the shipped corpus data/corpus is missing"
     corpus = corpora.load_corpus()
     assert corpus.chars >= 200_000 and not corpus.skipped
     assert all(doc.doc_id.startswith("corpus/") and doc.doc_id.endswith(".txt") for doc in corpus)
@@ -391,4 +391,3 @@ def test_data_does_not_import_the_notebook_runner():
     code = "import sys, bertlib.data; print('bertlib.course' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
-    assert data.sample_dir() == course.data_dir()

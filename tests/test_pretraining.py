@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from bertlib import BertConfig, BertForPreTraining
-from bertlib.course import data_dir
+from bertlib.data import sample_dir
 from bertlib.mlm import MaskingCollator, fill_mask, pretraining_metrics
 from bertlib.model import IGNORE_INDEX
 from bertlib.nsp import (
@@ -29,7 +29,7 @@ from bertlib.wordpiece import SPECIAL_TOKENS, BasicTokenizer, WordPieceTokenizer
 @pytest.fixture(scope="module")
 def corpus() -> list[str]:
     """The course's shipped pretraining corpus, one string per document."""
-    paths = sorted((data_dir() / "corpus").glob("*.txt"))
+    paths = sorted((sample_dir() / "corpus").glob("*.txt"))
     assert len(paths) >= 10, "data/corpus/*.txt is missing"
     return [path.read_text(encoding="utf-8") for path in paths]
 

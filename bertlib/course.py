@@ -25,7 +25,6 @@ import argparse
 import html
 import os
 import platform
-import random
 import re
 import sys
 import tempfile
@@ -188,16 +187,6 @@ def keep_hint() -> str | None:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def seed_everything(seed: int = 0) -> None:
-    """Seed Python, NumPy and torch (all devices) so a notebook prints the same numbers every run."""
-    import numpy as np
-    import torch
-
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
 def data_summary() -> str:
     """Which comments and which pretraining text the notebooks read by default here (two lines, nothing downloaded).
 
@@ -217,9 +206,9 @@ def setup(seed: int = 0):
     """The first cell of every notebook: seed everything, print versions, device, data, artifacts; return the device."""
     import torch
 
-    from . import __version__
+    from . import __version__, rng
 
-    seed_everything(seed)
+    rng.seed_everything(seed)  # Python, NumPy and torch: a notebook prints the same numbers every run
     dev = device()
     versions = [f"python {platform.python_version()}", f"torch {torch.__version__}"]
     for name in ("transformers", "tokenizers"):

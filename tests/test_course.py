@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from bertlib import course, data
+from bertlib import course, data, rng
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -109,7 +109,7 @@ def test_on_colab_and_kaggle_the_artifacts_go_where_the_host_shows_and_keeps_the
     assert course.host() == where
     assert course.artifacts_dir() == folder and folder.is_dir()
 
-    monkeypatch.setattr(course, "seed_everything", lambda seed: None)
+    monkeypatch.setattr(rng, "seed_everything", lambda seed: None)
     monkeypatch.setattr(course, "data_summary", lambda: "data: (not asked)")
     course.setup()
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("artifacts:")]

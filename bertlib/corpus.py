@@ -244,7 +244,7 @@ def _wikitext_corpus(max_documents: int | None) -> Corpus | None:
     return dataclasses.replace(corpus, source=f"WikiText-103 train, {corpus.source}")
 
 
-def _hub_problem() -> str | None:
+def _wikitext_problem() -> str | None:
     """Why WikiText-103 cannot come from the hub now (downloads off, offline without a copy, unreachable)."""
     from .downloads import WIKITEXT_FILES, WIKITEXT_FOLDER, WIKITEXT_REPO, hub_problem
 
@@ -256,7 +256,7 @@ def describe_pretraining_corpus() -> str:
     kaggle_test = data.kaggle_test_file()
     if kaggle_test is not None:
         return f"Kaggle's unscored Jigsaw test comments as documents ({kaggle_test})"
-    problem = _hub_problem()
+    problem = _wikitext_problem()
     if problem is None:
         from .downloads import WIKITEXT_FOLDER, WIKITEXT_REPO
 
@@ -293,7 +293,7 @@ def pretraining_corpus(source: str = "auto", *, max_documents: int | None = None
     if source == "wikitext":
         corpus = _wikitext_corpus(max_documents)
         if corpus is None:
-            why = _hub_problem() or "the download failed, see above"
+            why = _wikitext_problem() or "the download failed, see above"
             raise CorpusUnavailableError(
                 f"source='wikitext' needs WikiText-103 from the Hugging Face hub, which cannot be had here ({why}): "
                 "connect to the internet (on Kaggle: Internet on in the notebook's "
@@ -302,7 +302,7 @@ def pretraining_corpus(source: str = "auto", *, max_documents: int | None = None
     corpus = _kaggle_corpus(max_documents)
     if corpus is not None:
         return corpus
-    problem = _hub_problem()
+    problem = _wikitext_problem()
     if problem is None:
         corpus = _wikitext_corpus(max_documents)
         if corpus is not None:

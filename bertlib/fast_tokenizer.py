@@ -19,7 +19,7 @@ from typing import Any
 
 from .wordpiece import BasicTokenizer
 
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
+REQUIRED_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
 
 SURROGATES = re.compile("[\ud800-\udfff]")
 """Lone surrogates: what bytes that are not UTF-8 become when read with surrogateescape (sys.argv, os.fsdecode)."""
@@ -38,7 +38,7 @@ def load_tokenizer(vocab_file: str | Path, lowercase: bool = True):
     if not vocab_file.is_file():
         raise FileNotFoundError(f"no vocabulary at {vocab_file}")
     tokenizer = BertWordPieceTokenizer(str(vocab_file), lowercase=lowercase)
-    missing = [t for t in SPECIAL_TOKENS if tokenizer.token_to_id(t) is None]
+    missing = [t for t in REQUIRED_SPECIAL_TOKENS if tokenizer.token_to_id(t) is None]
     if missing:
         raise ValueError(f"{vocab_file} lacks the special token(s) {missing}")
     return tokenizer

@@ -348,7 +348,7 @@ class FineTuneError(ValueError):
 
 # FineTuneConfig fields that change what a run trains, with their flags: a resumed run must keep them
 # (max_steps / epochs may change, as the Trainer allows; bootstrap and min_positives only score the end).
-FIXED_ON_RESUME = {"max_len": "--max-len", "batch_size": "--batch-size", "lr": "--lr",
+FIXED_FINETUNE_ARGS = {"max_len": "--max-len", "batch_size": "--batch-size", "lr": "--lr",
                    "weight_decay": "weight_decay", "warmup_ratio": "warmup_ratio",
                    "pos_weight_cap": "--pos-weight-cap", "padding": "--padding", "group_by_length": "--no-group",
                    "bucket_batches": "bucket_batches", "precision": "--precision", "eval_every": "--eval-every",
@@ -369,7 +369,7 @@ def run_settings(run: RunConfig, data: PreparedComments) -> dict[str, Any]:
     """What a run's checkpoints depend on: the checkpoint, the task, the data itself and the training settings."""
     config = asdict(run.training)
     return {"--init": str(run.init), "--task": run.task, "data_sha256": data_sha256(data),
-            **{flag: config[name] for name, flag in FIXED_ON_RESUME.items()}}
+            **{flag: config[name] for name, flag in FIXED_FINETUNE_ARGS.items()}}
 
 
 def check_resume(run: RunConfig, checkpoints: Path, settings: dict[str, Any]) -> None:

@@ -61,7 +61,7 @@ _DERIVED = re.compile(r"(^|\.)position_ids$|^cls\.predictions\.decoder\.(weight|
 
 
 @dataclass
-class LoadReport:
+class WeightsReport:
     """What a load did: tensors copied, heads left at random init, checkpoint heads not used."""
 
     source: str
@@ -178,11 +178,11 @@ def read_state_dict(folder: str | os.PathLike) -> dict[str, torch.Tensor]:
     raise FileNotFoundError(f"{folder} holds none of {', '.join(WEIGHT_FILES)}")
 
 
-def load_hf_state_dict(model: BertPreTrainedModel, state: dict[str, torch.Tensor], source: str = "") -> LoadReport:
+def load_hf_state_dict(model: BertPreTrainedModel, state: dict[str, torch.Tensor], source: str = "") -> WeightsReport:
     """Copy transformers-named tensors into `model`, checking every name and shape; raises on any mismatch."""
     theirs = _normalise(state)
     used: set[str] = set()
-    ours, report = {}, LoadReport(source=source or "a state dict")
+    ours, report = {}, WeightsReport(source=source or "a state dict")
     missing, wrong_shape = [], []
     for name, target in model.state_dict().items():
         names = hf_names(name)

@@ -20,7 +20,7 @@ from .data import LABELS
 ANY_TOXIC = "any_toxic"
 """Name of the binary label: 1 when any of the six Jigsaw labels is 1."""
 
-TASKS = ("multilabel", "binary")
+LABEL_TASKS = ("multilabel", "binary")
 
 
 def label_matrix(frame: pd.DataFrame, columns: Sequence[str]) -> np.ndarray:
@@ -52,7 +52,7 @@ def task_labels(frame: pd.DataFrame, task: str, labels: Sequence[str] = LABELS) 
         if "toxic" in frame.columns:
             return ["toxic"], label_matrix(frame, ["toxic"])
         raise KeyError(f"a binary task needs the columns {labels} or a 'toxic' column; got {list(frame.columns)}")
-    raise ValueError(f"task must be one of {TASKS}, not {task!r}")
+    raise ValueError(f"task must be one of {LABEL_TASKS}, not {task!r}")
 
 
 def positive_weights(labels: np.ndarray, cap: float = 10.0) -> np.ndarray:

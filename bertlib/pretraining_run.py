@@ -50,7 +50,7 @@ PROG = "python -m bertlib.pretrain"
 DEFAULT_STEPS = 10_000  # --steps without --minutes
 PROBE_STEPS = 5  # steps a --minutes probe times, after one warm-up step
 # Arguments that decide the data, the model or the optimizer's state: a resumed run must keep them.
-FIXED_ON_RESUME = ("config", "corpus", "max_documents", "vocab", "vocab_score", "objective", "seq_len",
+FIXED_PRETRAIN_ARGS = ("config", "corpus", "max_documents", "vocab", "vocab_score", "objective", "seq_len",
                    "batch_size", "mlm_probability", "max_predictions", "whole_word", "dupe_factor", "short_seq_prob",
                    "eval_fraction", "seed", "vocab_size", "attn", "dropout", "lr", "warmup_ratio")
 
@@ -104,7 +104,7 @@ def check_resume(out: Path, args: dict[str, Any]) -> list[str]:
                             "restore it, or use another --out") from None
     saved = {**BEFORE_RECIPES, **saved}
     unused = ("vocab_size", "vocab_score") if args.get("vocab") else ()  # a given --vocab is not trained here
-    changed = [f"{_flag(k)} was {saved.get(k)!r}, now {args[k]!r}" for k in FIXED_ON_RESUME
+    changed = [f"{_flag(k)} was {saved.get(k)!r}, now {args[k]!r}" for k in FIXED_PRETRAIN_ARGS
                if k not in unused and saved.get(k) != args[k]]
     if changed:
         raise PretrainError(f"{out} holds a run with other settings; use another --out or the same arguments:\n  "
@@ -162,7 +162,7 @@ def load_texts(corpus: str, max_documents: int | None) -> tuple[list[str], str]:
     return documents.texts[:max_documents], documents.source
 
 
-def load_tokenizer(vocab: str | None, texts: list[str], vocab_size: int, out: Path, is_main: bool,
+def run_tokenizer(vocab: str | None, texts: list[str], vocab_size: int, out: Path, is_main: bool,
                    score: str = "frequency", show_progress: bool = True) -> tuple[WordPieceTokenizer, Path]:
     """The tokenizer of --vocab, or of out/vocab.txt, trained on the corpus the first time.
 
@@ -285,7 +285,7 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
                                 "(or use --objective mlm)")
         if not texts:
             raise PretrainError(f"{args.corpus} holds no documents")
-        tokenizer, vocab_path = load_tokenizer(args.vocab, texts, args.vocab_size, out, is_main, args.vocab_score,
+        tokenizer, vocab_path = run_tokenizer(args.vocab, texts, args.vocab_size, out, is_main, args.vocab_score,
                                                show_progress=is_main and args.progress)
         check_vocabulary(tokenizer, vocab_path, trained_here=args.vocab is None)
         collator = MaskingCollator(tokenizer, args.mlm_probability, args.max_predictions, args.whole_word)

@@ -180,7 +180,7 @@ def install(folder: str | os.PathLike | None = None) -> None:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def notebook_paths() -> list[Path]:
+def notebooks_to_set_up() -> list[Path]:
     """Every notebook that opens with the setup cell: the course's and the solutions'."""
     from . import course
 
@@ -207,7 +207,7 @@ def write_notebooks(paths: list[Path] | None = None, repository: str = REPOSITOR
 
     changed = []
     source = cell_source(repository)
-    for path in paths if paths is not None else notebook_paths():
+    for path in paths if paths is not None else notebooks_to_set_up():
         notebook = nbformat.read(path, as_version=4)
         try:
             cell = setup_cell_of(notebook)
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         import nbformat
 
-        stale = [path for path in notebook_paths()
+        stale = [path for path in notebooks_to_set_up()
                  if setup_cell_of(nbformat.read(path, as_version=4)).source != cell_source()]
         for path in stale:
             print(f"{path}: setup cell differs from bertlib.setup_cell; run python -m bertlib.setup_cell "

@@ -158,7 +158,7 @@ class Encoding:
         return getattr(self, key)
 
 
-def truncate_pair(a: list[int], b: list[int] | None, budget: int) -> tuple[list[int], list[int] | None]:
+def truncate_longest_first(a: list[int], b: list[int] | None, budget: int) -> tuple[list[int], list[int] | None]:
     """Cut A (and B) to `budget` tokens in total, the longer segment first.
 
     The outcome of transformers' truncation="longest_first" (Rust implementation): when both
@@ -352,7 +352,7 @@ class WordPieceTokenizer:
                      max_length: int | None = None, padding: bool = False) -> Encoding:
         """[CLS] A [SEP] (B [SEP]) from piece ids, truncated to max_length, padded to it if asked."""
         if max_length is not None:
-            a, b = truncate_pair(a, b, max_length - (3 if b is not None else 2))
+            a, b = truncate_longest_first(a, b, max_length - (3 if b is not None else 2))
         input_ids = [self.cls_id, *a, self.sep_id]
         token_type_ids = [0] * len(input_ids)
         if b is not None:

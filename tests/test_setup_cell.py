@@ -199,7 +199,7 @@ def test_readme_gives_the_repository_address_of_the_setting():
 
 
 def test_every_notebook_opens_with_the_canonical_setup_cell():
-    stale = [path.relative_to(ROOT).as_posix() for path in setup_cell.notebook_paths()
+    stale = [path.relative_to(ROOT).as_posix() for path in setup_cell.notebooks_to_set_up()
              if setup_cell.setup_cell_of(nbformat.read(path, as_version=4)).source != setup_cell.cell_source()]
     assert not stale, f"run python -m bertlib.setup_cell --write-notebooks; stale: {stale}"
 

@@ -17,7 +17,7 @@ from tokenizers import normalizers, pre_tokenizers
 from transformers import BertTokenizerFast
 
 from bertlib import corpus, data
-from bertlib.wordpiece import SPECIAL_TOKENS, BasicTokenizer, WordPieceTokenizer, truncate_pair
+from bertlib.wordpiece import SPECIAL_TOKENS, BasicTokenizer, WordPieceTokenizer, truncate_longest_first
 from bertlib.wordpiece_trainer import PairScore, WordPieceTrainer, train_wordpiece
 
 REAL_COMMENTS = Path(__file__).resolve().parents[2] / "shared" / "data" / "jigsaw_binary_dev.csv"
@@ -179,12 +179,12 @@ def test_truncate_pair_keeps_budget_and_prefixes():
         for len_b in range(12):
             for budget in range(15):
                 a, b = list(range(len_a)), list(range(100, 100 + len_b))
-                cut_a, cut_b = truncate_pair(a, b, budget)
+                cut_a, cut_b = truncate_longest_first(a, b, budget)
                 assert len(cut_a) + len(cut_b) == min(budget, len_a + len_b)
                 assert cut_a == a[:len(cut_a)] and cut_b == b[:len(cut_b)]
                 assert abs(len(cut_a) - len(cut_b)) <= 1 or min(len(cut_a), len(cut_b)) in (len_a, len_b)
     with pytest.raises(ValueError, match="max_length"):
-        truncate_pair([1], [2], -1)
+        truncate_longest_first([1], [2], -1)
 
 
 def test_single_text_truncation_and_padding_match_reference(tok, reference):

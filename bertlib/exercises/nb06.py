@@ -208,7 +208,7 @@ def check_mask_tokens(solution, rng: np.random.Generator) -> None:
 # 06.whole_word_mask
 # --------------------------------------------------------------------------------------------------
 
-SPECIAL_TOKENS = frozenset({"[CLS]", "[SEP]", "[PAD]"})
+NEVER_MASKED = frozenset({"[CLS]", "[SEP]", "[PAD]"})
 _SYLLABLES = ("ka", "lo", "mi", "ren", "tus", "vel", "dor", "pha", "qui", "zen", "bru", "ost", "ing", "ed", "syn")
 
 
@@ -219,7 +219,7 @@ def _word_spans(tokens: list[str]) -> list[list[int]]:
     """
     words: list[list[int]] = []
     for i, token in enumerate(tokens):
-        if token in SPECIAL_TOKENS:
+        if token in NEVER_MASKED:
             continue
         if token.startswith("##") and words and words[-1][-1] == i - 1:
             words[-1].append(i)
@@ -264,7 +264,7 @@ def _flags(case: str, got: Any, length: int) -> torch.Tensor:
 
 def _check_one_sequence(case: str, tokens: list[str], chosen: torch.Tensor) -> None:
     """No special token chosen; every word chosen with all its pieces or not at all."""
-    special = [i for i, token in enumerate(tokens) if token in SPECIAL_TOKENS and chosen[i]]
+    special = [i for i, token in enumerate(tokens) if token in NEVER_MASKED and chosen[i]]
     if special:
         raise Fail(case, f"chose the special token {tokens[special[0]]} at position {special[0]}",
                    "[CLS], [SEP] and [PAD] are never chosen (a '##' piece after [SEP] is a word of its own)")

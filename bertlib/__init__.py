@@ -1,7 +1,8 @@
 """bertlib: the shared package of the BERT from Scratch course.
 
 The model classes are importable from the top level; every other piece lives in the module named
-after its concept (wordpiece, attention, pretraining, ...). See the course's DESIGN for the map.
+after its concept (wordpiece, attention, mlm, nsp, trainer, ...); the README's "What is where" says which
+notebook builds which.
 The top-level names load on first use (PEP 562), so `import bertlib.setup_cell` and
 `python -m bertlib.course --help` work before torch is installed.
 """

@@ -6,9 +6,12 @@
     save_checkpoint(state, out / checkpoint_name(step))
     found = load_latest_checkpoint(out)                      # (path, state) of the newest intact one
 
-Every file the package writes goes through `atomic_write`: the bytes go to a hidden temporary file in the
-same folder, are fsynced, and os.replace renames it over the target (atomic on POSIX and Windows), so a
-crash, a full disk or Ctrl-C never leaves a half-written checkpoint or model. A temporary file orphaned by a
+Every file the package writes for you (checkpoints, models, vocabularies, configs, tables, notebooks) goes
+through `atomic_write`: the bytes go to a hidden temporary file in the same folder, are fsynced, and os.replace
+renames it over the target (atomic on POSIX and Windows), so a crash, a full disk or Ctrl-C never leaves a
+half-written checkpoint or model. Two files are written otherwise, on purpose: the run lock, created with
+O_EXCL so that only one of two racing runs can take it (bertlib.run_lock), and the setup cell's pip
+constraints, a scratch file in a temporary folder. A temporary file orphaned by a
 killed process is named `.NAME.PID.tmp` and removed by `remove_orphaned_temp_files`.
 
 Checkpoints are `checkpoint-{step}.pt`, read with torch.load(weights_only=True): they hold only tensors,
@@ -16,8 +19,9 @@ numbers, strings, lists and dicts, so loading one cannot run code. A checkpoint 
 short, corrupt, or holding other objects) is reported by name and the next newest is used; nothing here
 ever suggests weights_only=False.
 
-torch is imported on first use, so modules that only write files (the vocabulary, the setup cell's notebook
-writer) use atomic_write before torch is installed.
+atomic_write itself lives in bertlib.basics, which needs no torch, so modules that only write files (the
+vocabulary, the setup cell's notebook writer) use it before torch is installed; torch is imported here on
+first use.
 
 A disk that fills up while a checkpoint is written raises DiskFullError (an OSError, errno ENOSPC) naming the
 file, the space left and the last checkpoint, which is intact: the temp file is removed, the target untouched.
@@ -32,10 +36,10 @@ import os
 import re
 import shutil
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .basics import atomic_write
 from .run_lock import process_alive
 
 if TYPE_CHECKING:
@@ -56,38 +60,6 @@ class DiskFullError(OSError):
 
 class OutDirError(ValueError):
     """An output folder that cannot be used: a file is in the way, or it cannot be written."""
-
-
-def atomic_write(path: str | Path, write: Callable[[Path], None]) -> None:
-    """Call write(temp_path), fsync the temp file, then rename it over `path`: `path` is whole or untouched.
-
-    The temp file sits in the same folder (a rename never crosses file systems) and is removed if `write`
-    or anything after it fails.
-    """
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        write(tmp)
-        descriptor = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    _fsync_folder(path.parent)
-
-
-def _fsync_folder(folder: Path) -> None:
-    """Make the rename itself durable (POSIX); Windows cannot open folders and needs nothing."""
-    if os.name != "posix":
-        return
-    descriptor = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
 
 
 def remove_orphaned_temp_files(folder: str | Path) -> list[Path]:

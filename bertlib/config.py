@@ -176,7 +176,7 @@ class BertConfig:
 
     def save_json(self, path: str | Path) -> None:
         """Write the config as transformers' config.json, atomically (an old file stays whole if writing fails)."""
-        from .checkpoint import atomic_write
+        from .basics import atomic_write
 
         text = json.dumps(self.to_hf_dict(), indent=2) + "\n"
         atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))

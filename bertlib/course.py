@@ -335,7 +335,7 @@ def run_notebook(path: Path, out_path: Path, timeout: int = 1800) -> None:
         try:
             client.execute()
         finally:
-            from .checkpoint import atomic_write
+            from .basics import atomic_write
 
             freeze_progress_bars(nb)
             atomic_write(out_path, lambda temporary: nbformat.write(nb, temporary))

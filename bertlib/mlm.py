@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .model import IGNORE_INDEX
+from .basics import IGNORE_INDEX
 from .nsp import PretrainingInstance
 
 

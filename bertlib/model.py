@@ -22,10 +22,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import MultiHeadSelfAttention, padding_mask
+from .basics import IGNORE_INDEX
 from .config import BertConfig
 from .embeddings import BertEmbeddings
-
-IGNORE_INDEX = -100  # label of a position that is not predicted (PyTorch's cross-entropy default)
 
 
 @dataclass

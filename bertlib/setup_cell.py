@@ -203,7 +203,7 @@ def write_notebooks(paths: list[Path] | None = None, repository: str = REPOSITOR
     """
     import nbformat
 
-    from .checkpoint import atomic_write
+    from .basics import atomic_write
 
     changed = []
     source = cell_source(repository)

@@ -85,10 +85,10 @@ from torch.utils.data.dataloader import default_collate
 from tqdm.auto import tqdm
 
 from . import checkpoint
+from .basics import IGNORE_INDEX
 from .devices import local_rank as _local_rank
 from .devices import pick_device
 from .history import History
-from .model import IGNORE_INDEX
 from .optimizer import param_groups
 from .precision import autocast, resolve_precision
 from .rng import forked_rng, rng_state, seed_everything, set_rng_state

@@ -426,7 +426,7 @@ def save_vocab(vocab: Sequence[str], path: str | Path) -> Path:
     bad = [token for token in vocab if "\n" in token]
     if bad:
         raise ValueError(f"tokens with a newline cannot go in {path}: {bad[:3]}")
-    from .checkpoint import atomic_write  # whole or untouched (no torch needed)
+    from .basics import atomic_write  # whole or untouched
 
     text = "".join(token + "\n" for token in vocab)
     atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))

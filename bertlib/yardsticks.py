@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .model import IGNORE_INDEX
+from .basics import IGNORE_INDEX
 
 
 class Guessers:

@@ -35,6 +35,7 @@ class Guessers:
         if not unigram:
             raise ValueError("Guessers: the training sequences hold no token that is not special")
         self.unigram = unigram
+        self.follows = dict(follows)  # left token -> Counter of the tokens that followed it
         self.commonest = unigram.most_common(1)[0][0]
         self.bigram = {left: counts.most_common(1)[0][0] for left, counts in follows.items()}
         counts = torch.full((vocab_size,), 0.5)  # add-half smoothing: a held-out token never seen costs a finite loss
@@ -50,6 +51,12 @@ class Guessers:
     def after(self, left: int) -> int:
         """The bigram guess: the token that most often followed `left`, else the commonest token."""
         return self.bigram.get(left, self.commonest)
+
+    def top_after(self, left: int | None, k: int) -> list[int]:
+        """The bigram guesser's top k after `left` (None: no left token), topped up with the commonest tokens."""
+        guesses = [token for token, _ in self.follows[left].most_common(k)] if left in self.follows else []
+        fill = [token for token in self.most_common(k + len(guesses)) if token not in guesses]
+        return guesses + fill[:k - len(guesses)]
 
 
 def wilson_interval(hits: int, count: int, z: float = 1.96) -> tuple[float, float]:

@@ -48,6 +48,8 @@ def test_the_guessers_count_the_training_tokens_and_skip_the_special_ones(tokeni
     guessers = Guessers(sequences, tokenizer.vocab_size, tokenizer.special_ids)
     assert guessers.commonest == green and guessers.most_common(2) == [green, red]
     assert (guessers.after(red), guessers.after(green), guessers.after(tokenizer.cls_id)) == (green, blue, green)
+    assert guessers.top_after(red, 2) == [green, red]  # green followed red; then the commonest, without repeats
+    assert guessers.top_after(None, 3) == guessers.most_common(3) == [green, red, blue]
     assert guessers.log_unigram[tokenizer.cls_id] == -math.inf
     assert torch.isclose(guessers.log_unigram.exp().sum(), torch.tensor(1.0))
     with pytest.raises(ValueError, match="no token that is not special"):

@@ -425,15 +425,12 @@ def test_parameter_count_must_be_an_integer():
 
 
 # --------------------------------------------------------------------------------------------------
-# Every exercise: the starter is "not attempted", a verdict is reproducible, list() shows them all
+# A wrong answer to every exercise: test_exercises_scaffold.py checks the verdicts every checker owes
 # --------------------------------------------------------------------------------------------------
 
 
 def starter(*args):
     raise NotImplementedError  # your code here
-
-
-def ellipsis_body(*args): ...
 
 
 class StarterLayer(nn.Module):
@@ -456,25 +453,6 @@ A_WRONG_ANSWER = {
 }
 
 
-@pytest.mark.parametrize("exercise_id", sorted(A_WRONG_ANSWER))
-@pytest.mark.parametrize("solution", [starter, ellipsis_body], ids=["raise-not-implemented", "ellipsis"])
-def test_the_starter_is_not_attempted(exercise_id, solution):
-    result = exercises.check(exercise_id, solution)
-    assert not result.passed and "not attempted" in result.message
-
-
 def test_the_starter_class_is_not_attempted():
     result = exercises.check("05.encoder_layer", StarterLayer)
     assert not result.passed and "not attempted" in result.message
-
-
-@pytest.mark.parametrize("exercise_id", sorted(A_WRONG_ANSWER))
-def test_a_verdict_is_reproducible(exercise_id):
-    first = exercises.check(exercise_id, A_WRONG_ANSWER[exercise_id], seed=3)
-    second = exercises.check(exercise_id, A_WRONG_ANSWER[exercise_id], seed=3)
-    assert not first.passed and first.message == second.message
-
-
-def test_list_shows_the_exercises_of_notebook_05(capsys):
-    assert [ex.id for ex in exercises.list("05")] == sorted(A_WRONG_ANSWER)
-    assert "f(config: BertConfig) -> int" in capsys.readouterr().out

@@ -170,7 +170,7 @@ class WordPieceTrainer:
         merge = Merge(left, right, token, self._pair_count[pair], -self._key(pair)[0])
         changed: set[tuple[str, str]] = set()
         for index in self._pair_words.pop(pair):
-            merged = _merge_in(self.splits[index], left, right, token)
+            merged = merge_in(self.splits[index], left, right, token)
             if merged is not None:  # None: the word no longer holds the pair (an older merge took it)
                 self._count_word(index, -1, changed)
                 self.splits[index] = merged
@@ -212,7 +212,7 @@ class WordPieceTrainer:
         return list(self.vocab)
 
 
-def _merge_in(split: list[str], left: str, right: str, token: str) -> list[str] | None:
+def merge_in(split: list[str], left: str, right: str, token: str) -> list[str] | None:
     """The split with every (left, right) occurrence, left to right, replaced by token; None if none."""
     merged: list[str] = []
     index = 0

@@ -30,3 +30,13 @@ def test_the_loop_and_the_masking_do_not_import_the_model_for_a_constant(module)
     tree = ast.parse((PACKAGE / module).read_text(encoding="utf-8"))
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level == 1}
     assert "model" not in imported, f"bertlib/{module} imports bertlib.model"
+
+
+@pytest.mark.parametrize("checker", sorted(path.name for path in (PACKAGE / "exercises").glob("nb*.py")))
+def test_a_checker_imports_no_other_checker_and_no_private_name(checker):
+    tree = ast.parse((PACKAGE / "exercises" / checker).read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("bertlib")):
+            assert not (node.module or "").startswith("nb"), f"{checker} imports the checker {node.module}"
+            private = [alias.name for alias in node.names if alias.name.startswith("_")]
+            assert not private, f"{checker} imports private names {private} from {node.module or '.'}"

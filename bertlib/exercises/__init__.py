@@ -34,6 +34,7 @@ import html
 import importlib
 import inspect
 import linecache
+import numbers
 import pkgutil
 import signal
 import sysconfig
@@ -379,28 +380,73 @@ def expect_equal(case: str, expected: Any, got: Any, hint: str = "") -> None:
         raise Fail(case, f"expected {expected!r}, got {got!r}"[:600], hint)
 
 
-def diagnose(got: Any, mistakes: Iterable[tuple[str, Callable[[], Any]]], *, atol: float = 1e-4) -> str:
-    """The description of the first catalogued mistake whose output `got` reproduces, or ''.
+Mistakes = builtins.list[tuple[str, Callable[[], Any]]]
+"""A catalogue of likely mistakes: (hint, thunk computing what that mistake returns on the case's input)."""
+_NO_ANSWER = object()
+
+
+def diagnose(got: Any, mistakes: Iterable[tuple[str, Callable[[], Any]]], *, expected: Any = _NO_ANSWER,
+             same: Callable[[Any, Any], bool] | None = None, atol: float = 1e-4, rtol: float = 1e-3) -> str:
+    """The hint of the first catalogued mistake whose output `got` reproduces, or ''.
 
     `mistakes` pairs a hint ("you divided by d instead of sqrt(d)") with a thunk computing what that
     mistake returns on the same input; a checker calls this when a case fails to name the likely cause.
+    Given `expected`, a mistake whose output is the right answer on this input is skipped: it cannot be
+    the cause. `same` compares two outputs (default: equal, tensors and arrays within atol and rtol; a
+    checker passes its own tolerances, so that a mistake it fails is never "the right answer" here).
     """
+    equal = same or (lambda a, b: _same(a, b, atol, rtol))
     for hint, wrong in mistakes:
         try:
             wrong_out = wrong()
         except Exception:  # a mistake that cannot even run on this input cannot be the learner's
             continue
-        if _same(got, wrong_out, atol):
+        if expected is not _NO_ANSWER and equal(wrong_out, expected):
+            continue
+        if equal(got, wrong_out):
             return hint
     return ""
 
 
-def _same(a: Any, b: Any, atol: float) -> bool:
+def as_int(case: str, got: Any) -> int:
+    """The learner's count as an int: ints of any kind, one-element tensors and integral floats are accepted."""
+    if isinstance(got, torch.Tensor) and got.numel() == 1 or isinstance(got, np.ndarray) and got.size == 1:
+        got = got.item()
+    if isinstance(got, numbers.Integral) and not isinstance(got, bool):
+        return int(got)
+    if isinstance(got, float) and got.is_integer():
+        return int(got)
+    raise Fail(case, f"expected an int, got {describe(got)}", "return the count as an int")
+
+
+def tensor_of_shape(case: str, got: Any, shape: tuple[int, ...], hint: str = "",
+                    dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The learner's output as a detached tensor, after checking its type, shape and (if given) dtype.
+
+    With `dtype`, the signature promises a torch Tensor of that dtype (the input's): a numpy array or a
+    float64 result is refused, since the next layer would receive the wrong type.
+    """
+    if isinstance(got, np.ndarray):
+        if dtype is not None:
+            raise Fail(case, f"expected a torch Tensor of dtype {dtype}, got a numpy array ({describe(got)})",
+                       "stay in torch: the next layer of the model takes a Tensor (torch.from_numpy is a way back)")
+        got = torch.from_numpy(got)
+    if not isinstance(got, torch.Tensor):
+        raise Fail(case, f"expected a Tensor of shape {shape}, got {describe(got)}", hint)
+    if tuple(got.shape) != shape:
+        raise Fail(case, f"expected shape {shape}, got shape {tuple(got.shape)}", hint)
+    if dtype is not None and got.dtype != dtype:
+        raise Fail(case, f"expected dtype {dtype} (the input's), got dtype {got.dtype}",
+                   f"return the input's dtype: compute in another precision if you like, then .to({dtype})")
+    return got.detach()
+
+
+def _same(a: Any, b: Any, atol: float, rtol: float = 1e-3) -> bool:
     if isinstance(a, tuple | builtins.list) and isinstance(b, tuple | builtins.list):
-        return len(a) == len(b) and all(_same(x, y, atol) for x, y in zip(a, b, strict=True))
+        return len(a) == len(b) and all(_same(x, y, atol, rtol) for x, y in zip(a, b, strict=True))
     if isinstance(a, torch.Tensor | np.ndarray) and isinstance(b, torch.Tensor | np.ndarray):
         a_t, b_t = torch.as_tensor(a).double().cpu(), torch.as_tensor(b).double().cpu()
-        return a_t.shape == b_t.shape and bool(torch.allclose(a_t, b_t, atol=atol, rtol=1e-3, equal_nan=True))
+        return a_t.shape == b_t.shape and bool(torch.allclose(a_t, b_t, atol=atol, rtol=rtol, equal_nan=True))
     try:
         return bool(a == b)
     except Exception:

@@ -33,23 +33,7 @@ from bertlib.config import BertConfig
 from bertlib.embeddings import BertEmbeddings
 from bertlib.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
 
-from . import Fail, call, describe, diagnose, exercise, expect_equal
-
-Mistakes = list[tuple[str, Callable[[], Any]]]
-
-
-def _named(got: Any, expected: Any, mistakes: Mistakes) -> str:
-    """The hint of the first mistake that `got` reproduces, skipping those that are right on this input."""
-    wrong_here = []
-    for hint, wrong in mistakes:
-        try:
-            output = wrong()
-        except Exception:  # a mistake that cannot run on this input cannot be the learner's
-            continue
-        if not diagnose(output, [("right", lambda: expected)]):
-            wrong_here.append((hint, lambda output=output: output))
-    return diagnose(got, wrong_here)
-
+from . import Fail, Mistakes, as_int, call, describe, diagnose, exercise, expect_equal
 
 # --------------------------------------------------------------------------------------------------
 # 00.input_layout
@@ -135,7 +119,7 @@ def _check_layout_case(case: str, solution, tokens_a: list[str], tokens_b: list[
         raise Fail(case, f"tokens_a is now {a!r}" if a != tokens_a else f"tokens_b is now {b!r}", MUTATED_HINT)
     expected = _reference_layout(tokens_a, tokens_b)
     if got != expected:
-        hint = _named(got, expected, _layout_mistakes(tokens_a, tokens_b)) or LAYOUT_HINT
+        hint = diagnose(got, _layout_mistakes(tokens_a, tokens_b), expected=expected) or LAYOUT_HINT
         expect_equal(f"{case}: the tokens", expected[0], got[0], hint)
         expect_equal(f"{case}: the segment ids", expected[1], got[1], hint)
 
@@ -339,17 +323,6 @@ COUNT_MISTAKES: list[tuple[str, Callable[[BertConfig], int]]] = [
 ]
 
 
-def _as_int(case: str, got: Any) -> int:
-    """The learner's count as an int: ints of any kind, one-element tensors and integral floats are accepted."""
-    if isinstance(got, torch.Tensor | np.ndarray) and np.prod(got.shape) == 1:
-        got = got.item()
-    if isinstance(got, numbers.Integral) and not isinstance(got, bool):
-        return int(got)
-    if isinstance(got, float) and got.is_integer():
-        return int(got)
-    raise Fail(case, f"expected an int, got {describe(got)}", "return the count as an int")
-
-
 @exercise("00.embedding_params", "The parameter count of BERT's embedding layer",
           "f(config: BertConfig) -> int  (token, segment and position tables and their LayerNorm)")
 def check_embedding_params(solution, rng: np.random.Generator) -> None:
@@ -361,7 +334,7 @@ def check_embedding_params(solution, rng: np.random.Generator) -> None:
          BertConfig.preset("mini", vocab_size=vocab, max_position_embeddings=128, type_vocab_size=3)),
         ("BERT-large (vocab 30522)", BertConfig.preset("large")),
     ]
-    answers = [(case, config, _as_int(case, call(solution, config))) for case, config in configs]
+    answers = [(case, config, as_int(case, call(solution, config))) for case, config in configs]
     if all(got == _reference_count(config) for _, config, got in answers):
         return
     consistent = [hint for hint, mistake in COUNT_MISTAKES  # a mistake that explains the answer on every config

@@ -34,8 +34,7 @@ import numpy as np
 from bertlib import cleaning
 from bertlib.wordpiece import BasicTokenizer
 
-from . import Fail, call, describe, exercise, expect_equal
-from .nb00 import Mistakes, _named
+from . import Fail, Mistakes, call, describe, diagnose, exercise, expect_equal
 
 _READER = BasicTokenizer(lowercase=False, strip_accents=False)
 
@@ -58,7 +57,7 @@ def _expect_same_reading(case: str, text: str, expected: str, got: str, mistakes
     if want == have:
         return
     position = next((i for i, (w, h) in enumerate(zip(want, have, strict=False)) if w != h), min(len(want), len(have)))
-    named = _named(have, want, [(h, lambda wrong=wrong: _reads(wrong())) for h, wrong in mistakes(text)])
+    named = diagnose(have, [(h, lambda wrong=wrong: _reads(wrong())) for h, wrong in mistakes(text)], expected=want)
     raise Fail(case, f"input {text!r}\n  expected text {expected!r}, got {got!r}\n  BERT reads {want} and {have}: "
                      f"they first differ at word {position}", named or hint)
 
@@ -144,13 +143,13 @@ def _check_offsets_case(case: str, solution, text: str) -> None:
     cleaned, offsets = _as_offsets_pair(shown, call(solution, text))
     expected, _ = cleaning.remove_invisible(text)
     if cleaned != expected:
-        hint = _named(cleaned, expected, _invisible_mistakes(text))
+        hint = diagnose(cleaned, _invisible_mistakes(text), expected=expected)
         if not hint and cleaning.remove_invisible(cleaned)[0] == expected:  # right, but some invisible ones are left
             hint = ONLY_SOME_HINT
         expect_equal(f"{shown}: the cleaned text", expected, cleaned, hint or INVISIBLE_HINT)
     expected_offsets = [i for i, ch in enumerate(text) if not cleaning.is_invisible(ch)]
     if offsets != expected_offsets:
-        hint = _named(offsets, expected_offsets, _offsets_mistakes(text, expected))
+        hint = diagnose(offsets, _offsets_mistakes(text, expected), expected=expected_offsets)
         expect_equal(f"{shown}: the offsets", expected_offsets, offsets, hint or OFFSETS_HINT)
 
 
@@ -434,7 +433,8 @@ def _check_whitespace_case(case: str, solution, text: str) -> None:
     expected, _ = cleaning.normalise_whitespace(text)
     got = _text(case, call(solution, text), WHITESPACE_HINT)
     if got != expected:
-        expect_equal(f"{case}: input {text!r}", expected, got, _named(got, expected, _whitespace_mistakes(text))
+        expect_equal(f"{case}: input {text!r}", expected, got,
+                     diagnose(got, _whitespace_mistakes(text), expected=expected)
                      or WHITESPACE_HINT)
 
 
@@ -556,7 +556,7 @@ def _check_collisions_case(case: str, solution, sentences: list[str], stopwords:
         missing = next((g for g in expected if g not in got), ())  # a group the learner did not return
         extra = next((g for g in got if g not in expected), ())  # a group the learner should not have returned
         remains = "; ".join(f"{s!r} -> {list(_remains(s, stopwords))}" for s in dict.fromkeys(missing + extra))
-        hint = _named(got, expected, _collision_mistakes(sentences, stopwords)) or COLLISION_HINT
+        hint = diagnose(got, _collision_mistakes(sentences, stopwords), expected=expected) or COLLISION_HINT
         raise Fail(case, f"expected the groups {expected}, got {got}\n  what remains: {remains}"[:1500], hint)
 
 

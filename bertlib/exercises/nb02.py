@@ -35,26 +35,11 @@ from typing import Any
 import numpy as np
 
 from bertlib.wordpiece import UNK, BasicTokenizer, is_punctuation
-from bertlib.wordpiece_trainer import WordPieceTrainer, _merge_in
+from bertlib.wordpiece_trainer import WordPieceTrainer, merge_in
 
-from . import Fail, call, describe, exercise, expect_equal
+from . import Fail, Mistakes, call, describe, diagnose, exercise, expect_equal
 
 Splits = dict[str, list[str]]
-Mistakes = list[tuple[str, Callable[[], Any]]]
-
-
-def _name_mistake(got: Any, expected: Any, mistakes: Mistakes, same: Callable[[Any, Any], bool]) -> str:
-    """The hint of the first mistake whose output equals `got`, among those whose output is not `expected`."""
-    for hint, wrong in mistakes:
-        try:
-            output = wrong()
-        except Exception:  # a mistake that cannot run on this input cannot be the learner's
-            continue
-        if not same(output, expected) and same(got, output):
-            return hint
-    return ""
-
-
 def _random_word(rng: np.random.Generator, alphabet: str, low: int, high: int) -> str:
     return "".join(rng.choice(list(alphabet), size=int(rng.integers(low, high + 1))))
 
@@ -138,7 +123,7 @@ def _check_split_case(case: str, solution, text: str) -> None:
         got = list(got)
     if not isinstance(got, list) or not all(isinstance(word, str) for word in got):
         raise Fail(case, f"expected a list of str, got {describe(got)}", SPLIT_HINT)
-    hint = _name_mistake(got, expected, _split_mistakes(text), lambda a, b: list(a) == list(b))
+    hint = diagnose(got, _split_mistakes(text), expected=expected, same=lambda a, b: list(a) == list(b))
     expect_equal(case, expected, got, hint or SPLIT_HINT)
 
 
@@ -293,7 +278,7 @@ def _check_scores_case(case: str, solution, trainer: WordPieceTrainer, counts: d
     splits = trainer.current_splits()
     expected = {(row.left, row.right): row.score for row in trainer.pair_scores()}
     got = call(solution, {word: list(split) for word, split in splits.items()}, dict(counts))
-    hint = _name_mistake(got, expected, _score_mistakes(splits, counts), _scores_equal)
+    hint = diagnose(got, _score_mistakes(splits, counts), expected=expected, same=_scores_equal)
     if not hint and _across_words(got, expected, splits):
         hint = ACROSS_WORDS_HINT
     _expect_scores(case, expected, got, hint or SCORE_HINT)
@@ -378,7 +363,7 @@ def _merge_table(splits: Mapping[str, Sequence[str]], pair: tuple[str, str], *, 
 
 def _reference_merge(splits: Mapping[str, Sequence[str]], pair: tuple[str, str]) -> Splits:
     left, right = pair
-    return {word: _merge_in(list(split), left, right, left + right[2:]) or list(split)
+    return {word: merge_in(list(split), left, right, left + right[2:]) or list(split)
             for word, split in splits.items()}
 
 
@@ -424,7 +409,7 @@ def _expect_table(case: str, expected: Splits, got: Any, hint: str) -> None:
 def _check_merge_case(case: str, solution, splits: Splits, pair: tuple[str, str]) -> None:
     expected = _reference_merge(splits, pair)
     got = _as_table(call(solution, {word: list(split) for word, split in splits.items()}, pair))
-    hint = _name_mistake(got, expected, _merge_mistakes(splits, pair), lambda a, b: a == b)
+    hint = diagnose(got, _merge_mistakes(splits, pair), expected=expected, same=lambda a, b: a == b)
     _expect_table(case, expected, got, hint or MERGE_HINT)
 
 
@@ -507,10 +492,11 @@ def _check_step_case(case: str, solution, trainer: WordPieceTrainer, counts: dic
     pair, table = got
     pair = tuple(pair) if isinstance(pair, tuple | list) else pair
     if pair != expected_pair:
-        hint = _name_mistake(pair, expected_pair, _pair_mistakes(splits, counts), lambda a, b: a == b)
+        hint = diagnose(pair, _pair_mistakes(splits, counts), expected=expected_pair,
+                        same=lambda a, b: a == b)
         raise Fail(f"{case}: the pair to merge", f"expected {expected_pair!r}, got {pair!r}", hint or STEP_HINT)
-    hint = _name_mistake(_as_table(table), expected_table, _merge_mistakes(splits, expected_pair),
-                         lambda a, b: a == b)
+    hint = diagnose(_as_table(table), _merge_mistakes(splits, expected_pair), expected=expected_table,
+                    same=lambda a, b: a == b)
     _expect_table(f"{case}: the table after merging {expected_pair!r}", expected_table, _as_table(table),
                   hint or MERGE_HINT)
 
@@ -672,7 +658,8 @@ def _check_fewest_case(case: str, solution, words: Sequence[str], vocab: Sequenc
             raise Fail(word_case, f"expected a list of str, got {describe(got)}", COUNT_ONLY_HINT)
         if not isinstance(got, list) or not all(isinstance(piece, str) for piece in got):
             raise Fail(word_case, f"expected a list of str, got {describe(got)}", FEWEST_HINT)
-        hint = _name_mistake(got, expected, _fewest_mistakes(word, vocab_set), lambda a, b: list(a) == list(b))
+        hint = diagnose(got, _fewest_mistakes(word, vocab_set), expected=expected,
+                        same=lambda a, b: list(a) == list(b))
         expect_equal(word_case, expected, got, hint or FEWEST_HINT)
 
 

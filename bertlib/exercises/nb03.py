@@ -32,8 +32,7 @@ import torch.nn.functional as F
 from bertlib.config import BertConfig
 from bertlib.embeddings import BertEmbeddings, sinusoidal_table
 
-from . import Fail, call, describe, exercise, expect_close
-from .nb04 import Mistakes, _name_mistake, _tensor_of_shape
+from . import Fail, Mistakes, call, describe, diagnose, exercise, expect_close, tensor_of_shape
 
 BASE = 10000.0
 
@@ -113,9 +112,9 @@ def _check_frequencies_case(case: str, solution, dim: int) -> None:
     got = _as_tensor(call(solution, dim))
     if isinstance(got, torch.Tensor) and tuple(got.shape) == (dim,):
         raise Fail(case, f"expected shape ({dim // 2},), got shape ({dim},)", PER_COLUMN_HINT)
-    got = _tensor_of_shape(case, got, (dim // 2,), FREQUENCIES_HINT)
+    got = tensor_of_shape(case, got, (dim // 2,), FREQUENCIES_HINT)
     expect_close(case, expected, got, atol=1e-12, rtol=1e-5,
-                 hint=_name_mistake(got.double(), expected, _frequency_mistakes(dim)) or FREQUENCIES_HINT)
+                 hint=diagnose(got.double(), _frequency_mistakes(dim), expected=expected) or FREQUENCIES_HINT)
 
 
 @exercise("03.frequencies", "The frequencies of the sinusoidal table, ω_i = 1 / 10000^(2i/d)",
@@ -172,11 +171,11 @@ def _check_sinusoidal_case(case: str, solution, max_len: int, dim: int) -> None:
     if isinstance(got, torch.Tensor) and tuple(got.shape) == (dim, max_len) and max_len != dim:
         raise Fail(case, f"expected shape ({max_len}, {dim}), got shape ({dim}, {max_len})",
                    "one row per position, one column per dimension: (max_len, dim)")
-    got = _tensor_of_shape(case, got, (max_len, dim), SINUSOIDAL_HINT).double()
+    got = tensor_of_shape(case, got, (max_len, dim), SINUSOIDAL_HINT).double()
     # float32 holds an angle near 500 to 3e-5: a table computed in float32 is that far off, and right
     if torch.isfinite(got).all() and torch.allclose(got, expected.double(), atol=1e-4, rtol=1e-4):
         return  # right: the eleven wrong tables need not be computed
-    hint = _name_mistake(got, expected.double(), _sinusoidal_mistakes(max_len, dim))
+    hint = diagnose(got, _sinusoidal_mistakes(max_len, dim), expected=expected.double())
     expect_close(case, expected, got, atol=1e-4, rtol=1e-4, hint=hint or SINUSOIDAL_HINT)
 
 
@@ -229,8 +228,8 @@ def _offset_mistakes(offsets: torch.Tensor, dim: int) -> Mistakes:
 
 def _check_offset_case(case: str, solution, offsets: torch.Tensor, dim: int) -> None:
     expected = torch.cos(offsets.double()[:, None] * _omega(dim)).sum(-1)  # (n,)
-    got = _tensor_of_shape(case, _as_tensor(call(solution, offsets.clone(), dim)), tuple(offsets.shape), OFFSET_HINT)
-    hint = _name_mistake(got.double(), expected, _offset_mistakes(offsets, dim))
+    got = tensor_of_shape(case, _as_tensor(call(solution, offsets.clone(), dim)), tuple(offsets.shape), OFFSET_HINT)
+    hint = diagnose(got.double(), _offset_mistakes(offsets, dim), expected=expected)
     if not hint:
         close = torch.isclose(got.double(), expected, atol=1e-3, rtol=1e-4)
         if bool(close[offsets >= 0].all()) and not bool(close.all()):
@@ -339,13 +338,13 @@ def _rope_mistakes(x: torch.Tensor, base: float) -> Mistakes:
 def _call_rope(case: str, solution, x: torch.Tensor, base: float | None) -> torch.Tensor:
     """The learner's rope(x) (or rope(x, base)) as a float64 tensor of x's shape."""
     got = call(solution, x.clone()) if base is None else call(solution, x.clone(), base)
-    return _tensor_of_shape(case, _as_tensor(got), tuple(x.shape), ROPE_HINT).double()
+    return tensor_of_shape(case, _as_tensor(got), tuple(x.shape), ROPE_HINT).double()
 
 
 def _check_rope_case(case: str, solution, x: torch.Tensor, base: float | None = None, atol: float = 2e-4) -> None:
     expected = _rope(x, BASE if base is None else base)
     got = _call_rope(case, solution, x, base)
-    hint = _name_mistake(got, expected, _rope_mistakes(x, BASE if base is None else base))
+    hint = diagnose(got, _rope_mistakes(x, BASE if base is None else base), expected=expected)
     expect_close(case, expected, got, atol=atol, rtol=1e-4, hint=hint or ROPE_HINT)
 
 
@@ -354,7 +353,7 @@ def _check_relative_case(case: str, solution, q: torch.Tensor, k: torch.Tensor, 
     x = torch.stack([q.expand(seq_len, -1), k.expand(seq_len, -1)])[:, None]  # (2, 1, seq, d): batch 0 q, batch 1 k
     expected = _rope(x)
     got = _call_rope(case, solution, x, None)
-    hint = _name_mistake(got, expected, _rope_mistakes(x, BASE))
+    hint = diagnose(got, _rope_mistakes(x, BASE), expected=expected)
     if hint:
         expect_close(case, expected, got, atol=2e-4, rtol=1e-4, hint=hint)
     scores = got[0, 0] @ got[1, 0].T  # (seq, seq): rope(q)_m · rope(k)_n
@@ -473,8 +472,8 @@ def _check_embed_case(case: str, solution, embeddings: BertEmbeddings, input_ids
     with torch.no_grad():
         expected = embeddings(input_ids, token_type_ids)
         got = call(solution, embeddings, input_ids.clone(), token_type_ids.clone())
-        got = _tensor_of_shape(case, _as_tensor(got), tuple(expected.shape), EMBED_HINT)
-        hint = _name_mistake(got, expected, _embed_mistakes(embeddings, input_ids, token_type_ids))
+        got = tensor_of_shape(case, _as_tensor(got), tuple(expected.shape), EMBED_HINT)
+        hint = diagnose(got, _embed_mistakes(embeddings, input_ids, token_type_ids), expected=expected)
     expect_close(case, expected, got, atol=1e-5, rtol=1e-4, hint=hint or EMBED_HINT)
 
 

@@ -29,9 +29,7 @@ import torch
 from bertlib.attention import MultiHeadSelfAttention, eager_attention, padding_mask
 from bertlib.config import BertConfig
 
-from . import Fail, call, describe, diagnose, exercise, expect_close
-
-Mistakes = list[tuple[str, Callable[[], Any]]]
+from . import Fail, Mistakes, call, diagnose, exercise, expect_close, tensor_of_shape
 
 
 def _normal(rng: np.random.Generator, shape: tuple[int, ...], scale: float = 1.0,
@@ -48,41 +46,6 @@ def _random_qkv(rng: np.random.Generator, shape: tuple[int, ...], dtype: torch.d
 def _key_mask(lengths: list[int], seq_len: int) -> torch.Tensor:
     """(batch, seq) bool, True at the first `length` positions of each row (real tokens), False after."""
     return torch.arange(seq_len)[None, :] < torch.tensor(lengths)[:, None]
-
-
-def _tensor_of_shape(case: str, got: Any, shape: tuple[int, ...], hint: str = "",
-                     dtype: torch.dtype | None = None) -> torch.Tensor:
-    """The learner's output as a detached tensor, after checking its type, shape and (if given) dtype.
-
-    With `dtype`, the signature promises a torch Tensor of that dtype (the input's): a numpy array or a
-    float64 result is refused, since the next layer would receive the wrong type.
-    """
-    if isinstance(got, np.ndarray):
-        if dtype is not None:
-            raise Fail(case, f"expected a torch Tensor of dtype {dtype}, got a numpy array ({describe(got)})",
-                       "stay in torch: the next layer of the model takes a Tensor (torch.from_numpy is a way back)")
-        got = torch.from_numpy(got)
-    if not isinstance(got, torch.Tensor):
-        raise Fail(case, f"expected a Tensor of shape {shape}, got {describe(got)}", hint)
-    if tuple(got.shape) != shape:
-        raise Fail(case, f"expected shape {shape}, got shape {tuple(got.shape)}", hint)
-    if dtype is not None and got.dtype != dtype:
-        raise Fail(case, f"expected dtype {dtype} (the input's), got dtype {got.dtype}",
-                   f"return the input's dtype: compute in another precision if you like, then .to({dtype})")
-    return got.detach()
-
-
-def _name_mistake(got: Any, expected: Any, mistakes: Mistakes) -> str:
-    """diagnose(), skipping the mistakes that give the right answer on this input: they cannot be the cause."""
-    distinct = []
-    for hint, wrong in mistakes:
-        try:
-            output = wrong()
-        except Exception:  # a mistake that cannot run on this input cannot be the learner's
-            continue
-        if not diagnose(output, [("right", lambda: expected)]):
-            distinct.append((hint, lambda output=output: output))
-    return diagnose(got, distinct)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -127,8 +90,8 @@ def _softmax_mistakes(scores: torch.Tensor) -> Mistakes:
 
 def _check_softmax_case(case: str, solution, scores: torch.Tensor, atol: float = 1e-6, rtol: float = 1e-4) -> None:
     expected = scores.float().softmax(-1)
-    got = _tensor_of_shape(case, call(solution, scores.clone()), tuple(scores.shape), SOFTMAX_HINT)
-    hint = _name_mistake(got, expected, _softmax_mistakes(scores))
+    got = tensor_of_shape(case, call(solution, scores.clone()), tuple(scores.shape), SOFTMAX_HINT)
+    hint = diagnose(got, _softmax_mistakes(scores), expected=expected)
     if not hint and not torch.isfinite(got).all():
         hint = OVERFLOW_HINT
     expect_close(case, expected, got, atol=atol, rtol=rtol, hint=hint or SOFTMAX_HINT)
@@ -237,7 +200,7 @@ def _check_masked_case(case: str, solution, q: torch.Tensor, k: torch.Tensor, v:
                        padded_query_hint: str | None = None, no_key_hint: str = "", atol: float = 1e-5,
                        rtol: float = 1e-4) -> None:
     """Finite everywhere; equal to `expected` at every real query of a sequence with a real key."""
-    got = _tensor_of_shape(case, _call_attention(case, solution, q, k, v, mask), tuple(q.shape),
+    got = tensor_of_shape(case, _call_attention(case, solution, q, k, v, mask), tuple(q.shape),
                            "the output has the shape of q: (batch, heads, seq, head_dim)", dtype=q.dtype)
     compared = (mask & mask.any(-1, keepdim=True))[:, None, :, None]  # (batch, 1, seq, 1)
 
@@ -248,9 +211,9 @@ def _check_masked_case(case: str, solution, q: torch.Tensor, k: torch.Tensor, v:
     compared_got = torch.where(compared, got.to(expected.dtype), expected)
     if finite.all() and torch.allclose(compared_got.double(), expected.double(), atol=atol, rtol=rtol):
         return  # right: the wrong answers need not be computed
-    hint = _name_mistake(got, expected, mistakes) or _name_mistake(
-        only_compared(got), only_compared(expected),
-        [(hint, lambda wrong=wrong: only_compared(wrong())) for hint, wrong in mistakes])
+    hint = diagnose(got, mistakes, expected=expected) or diagnose(
+        only_compared(got), [(hint, lambda wrong=wrong: only_compared(wrong())) for hint, wrong in mistakes],
+        expected=only_compared(expected))
     if not finite.all():
         position = tuple(torch.nonzero(~finite)[0].tolist())
         batch, _, query, _ = position
@@ -620,16 +583,16 @@ def check_multi_head_attention(solution, rng: np.random.Generator) -> None:
     with torch.no_grad():
         expected = layer(x, padding_mask(mask))[0]
         got = _call_reshape(case, solution, layer, x.clone(), mask.clone())
-        got = _tensor_of_shape(case, got, tuple(x.shape), MHA_HINT)
+        got = tensor_of_shape(case, got, tuple(x.shape), MHA_HINT)
         compared = (mask & mask.any(-1, keepdim=True))[:, :, None]  # (batch, seq, 1)
 
         def only_compared(output: torch.Tensor) -> torch.Tensor:
             return torch.where(compared, output.double(), 0.0)
 
         mistakes = _mha_mistakes(layer, x, mask)
-        hint = _name_mistake(got, expected, mistakes) or _name_mistake(
-            only_compared(got), only_compared(expected),
-            [(hint, lambda wrong=wrong: only_compared(wrong())) for hint, wrong in mistakes])
+        hint = diagnose(got, mistakes, expected=expected) or diagnose(
+        only_compared(got), [(hint, lambda wrong=wrong: only_compared(wrong())) for hint, wrong in mistakes],
+        expected=only_compared(expected))
     if not torch.isfinite(got).all():
         position = tuple(torch.nonzero(~torch.isfinite(got))[0].tolist())
         raise Fail(case, f"non-finite value {got[position].item()} at position {position}; the output must be "

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -31,8 +30,7 @@ from bertlib.attention import padding_mask
 from bertlib.config import BertConfig
 from bertlib.model import BertModel, EncoderLayer, FeedForward
 
-from . import Fail, call, describe, exercise, expect_close, expect_equal
-from .nb04 import Mistakes, _name_mistake, _tensor_of_shape
+from . import Fail, Mistakes, as_int, call, describe, diagnose, exercise, expect_close, expect_equal, tensor_of_shape
 
 
 def _normal(rng: np.random.Generator, shape: tuple[int, ...], scale: float = 1.0) -> torch.Tensor:
@@ -73,9 +71,9 @@ def _gelu_mistakes(x: torch.Tensor) -> Mistakes:
 
 def _check_gelu_case(case: str, solution, x: torch.Tensor) -> None:
     expected = F.gelu(x)
-    got = _tensor_of_shape(case, call(solution, x.clone()), tuple(x.shape), GELU_HINT, dtype=x.dtype)
+    got = tensor_of_shape(case, call(solution, x.clone()), tuple(x.shape), GELU_HINT, dtype=x.dtype)
     expect_close(case, expected, got, atol=1e-6, rtol=1e-5,
-                 hint=_name_mistake(got, expected, _gelu_mistakes(x)) or GELU_HINT)
+                 hint=diagnose(got, _gelu_mistakes(x), expected=expected) or GELU_HINT)
 
 
 @exercise("05.gelu", "GELU, the exact (erf) form", "f(x: Tensor) -> Tensor of x's shape: x · Φ(x)")
@@ -155,8 +153,8 @@ def check_feed_forward(solution, rng: np.random.Generator) -> None:
                     ("x (7, 16) without a batch axis (position-wise: any leading axes)", _normal(rng, (7, 16)))]:
         with torch.no_grad():
             expected = reference(x)
-        got = _tensor_of_shape(case, _call_ffn(case, solution, x, *weights), tuple(x.shape), FFN_HINT)
-        expect_close(case, expected, got, hint=_name_mistake(got, expected, _ffn_mistakes(x, *weights)) or FFN_HINT)
+        got = tensor_of_shape(case, _call_ffn(case, solution, x, *weights), tuple(x.shape), FFN_HINT)
+        expect_close(case, expected, got, hint=diagnose(got, _ffn_mistakes(x, *weights), expected=expected) or FFN_HINT)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -206,9 +204,9 @@ def _layer_norm_mistakes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
 def _check_layer_norm_case(case: str, solution, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
                            eps: float) -> None:
     expected = F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
-    got = _tensor_of_shape(case, call(solution, x.clone(), weight.clone(), bias.clone(), eps), tuple(x.shape),
+    got = tensor_of_shape(case, call(solution, x.clone(), weight.clone(), bias.clone(), eps), tuple(x.shape),
                            LAYER_NORM_HINT)
-    hint = _name_mistake(got, expected, _layer_norm_mistakes(x, weight, bias, eps))
+    hint = diagnose(got, _layer_norm_mistakes(x, weight, bias, eps), expected=expected)
     expect_close(case, expected, got, hint=hint or LAYER_NORM_HINT)
 
 
@@ -353,7 +351,7 @@ def _check_layer_case(case: str, solution, config: BertConfig, lengths: list[int
         got = call(learner, x.clone(), attention_mask.clone())
         if isinstance(got, tuple | list) and got and isinstance(got[0], torch.Tensor):
             got = got[0]
-        got = _tensor_of_shape(case, got, tuple(x.shape), "the layer returns (batch, seq, hidden)")
+        got = tensor_of_shape(case, got, tuple(x.shape), "the layer returns (batch, seq, hidden)")
         compared = (attention_mask.bool() & attention_mask.bool().any(-1, keepdim=True))[:, :, None]
 
         def only_compared(output: torch.Tensor) -> torch.Tensor:
@@ -361,7 +359,7 @@ def _check_layer_case(case: str, solution, config: BertConfig, lengths: list[int
 
         mistakes = [(hint, lambda wrong=wrong: only_compared(wrong()))
                     for hint, wrong in _layer_mistakes(reference, x, mask)]
-        hint = _name_mistake(only_compared(got), only_compared(expected), mistakes)
+        hint = diagnose(only_compared(got), mistakes, expected=only_compared(expected))
     if not torch.isfinite(got).all():
         position = tuple(torch.nonzero(~torch.isfinite(got))[0].tolist())
         raise Fail(case, f"non-finite value {got[position].item()} at position {position}; the output must be "
@@ -446,17 +444,6 @@ def _count_mistake(config: BertConfig, mistake: dict[str, Any] | str) -> int:
     return _count(config, **mistake)
 
 
-def _as_int(case: str, got: Any) -> int:
-    """The learner's count as an int: ints of any kind, one-element tensors and integral floats are accepted."""
-    if isinstance(got, torch.Tensor) and got.numel() == 1 or isinstance(got, np.ndarray) and got.size == 1:
-        got = got.item()
-    if isinstance(got, numbers.Integral) and not isinstance(got, bool):
-        return int(got)
-    if isinstance(got, float) and got.is_integer():
-        return int(got)
-    raise Fail(case, f"expected an int, got {describe(got)}", "return the count as an int")
-
-
 @exercise("05.parameter_count", "BertModel's parameter count from its config",
           "f(config: BertConfig) -> int  (embeddings, layers and pooler of a BertModel with learned positions)")
 def check_parameter_count(solution, rng: np.random.Generator) -> None:
@@ -470,7 +457,7 @@ def check_parameter_count(solution, rng: np.random.Generator) -> None:
         ("BERT-mini with vocab 8000 and intermediate_size 1000 (not 4 x hidden)",
          BertConfig.preset("mini", vocab_size=8000, intermediate_size=1000)),
     ]
-    answers = [(case, config, _as_int(case, call(solution, config))) for case, config in configs]
+    answers = [(case, config, as_int(case, call(solution, config))) for case, config in configs]
     consistent = [hint for hint, mistake in COUNT_MISTAKES  # a mistake that explains the answer on every config
                   if all(got == _count_mistake(config, mistake) for _, config, got in answers)]
     for case, config, got in answers:

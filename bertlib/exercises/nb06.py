@@ -632,7 +632,8 @@ def _check_loss(case: str, solution, mlm_logits: torch.Tensor, nsp_logits: torch
                        "compute the loss with torch operations on the logits; no .item(), .detach() or "
                        "torch.tensor(...), so that loss.backward() reaches the model")
         got = got.reshape(())
-    hint = diagnose(got, _loss_mistakes(mlm_logits, nsp_logits, mlm_labels, nsp_labels))
+    hint = diagnose(got, _loss_mistakes(mlm_logits, nsp_logits, mlm_labels, nsp_labels), expected=expected,
+                    atol=1e-5, rtol=1e-4)  # the tolerances of the comparison below
     expect_close(case, expected.detach(), got.detach() if isinstance(got, torch.Tensor) else got, atol=1e-5,
                  rtol=1e-4, hint=hint or "loss = mean cross-entropy over the predicted tokens (labels != -100) "
                                          "+ mean cross-entropy of the NSP logits")

@@ -83,7 +83,7 @@ def _check_collated(case: str, solution, batch: list[list[int]], pad_id: int) ->
          lambda: _padded(batch, 0)[0]),
         ("you padded on the left: BERT pads on the right, so every sequence starts at position 0",
          lambda: _padded(batch, pad_id, left=True)[0]),
-    ])
+    ], expected=expected_ids)
     expect_equal(f"{case}: input_ids", expected_ids, input_ids,
                  id_hint or "input_ids: each sequence from position 0, then pad_id up to the longest")
     mask_hint = diagnose(attention_mask, [
@@ -92,7 +92,7 @@ def _check_collated(case: str, solution, batch: list[list[int]], pad_id: int) ->
          "is not 0)", lambda: (expected_ids != 0).long()),
         ("you padded on the left: BERT pads on the right, so every sequence starts at position 0",
          lambda: _padded(batch, pad_id, left=True)[1]),
-    ])
+    ], expected=expected_mask)
     expect_equal(f"{case}: attention_mask", expected_mask, attention_mask,
                  mask_hint or "attention_mask: 1 over each sequence's own tokens, 0 over the padding")
 
@@ -170,7 +170,7 @@ def check_weighted_bce(solution, rng: np.random.Generator) -> None:
                            "compute it with torch operations on the logits, no .item() / torch.tensor(...)")
             got = got.reshape(())
         expected = F.binary_cross_entropy_with_logits(z.detach().double(), y.double(), pos_weight=w.double())
-        hint = diagnose(got.detach(), _bce_mistakes(z, y, w))
+        hint = diagnose(got.detach(), _bce_mistakes(z, y, w), expected=expected)
         if not hint and not torch.isfinite(got).all():
             hint = ("log(sigmoid(z)) underflows to -inf for large |z|: use F.logsigmoid(z) and F.logsigmoid(-z) "
                     "(= log(1 - sigmoid(z))), or F.binary_cross_entropy_with_logits")
@@ -239,7 +239,8 @@ def check_roc_auc(solution, rng: np.random.Generator) -> None:
         got = _as_float(case, call(solution, y.copy(), s.copy()))
         expected = float(roc_auc_score(y, s))
         if abs(got - expected) > AUC_TOLERANCE:  # a float32 result of the right count is right
-            hint = diagnose(np.array([got]), _auc_mistakes(np.asarray(y).astype(np.int64), s), atol=AUC_TOLERANCE)
+            hint = diagnose(np.array([got]), _auc_mistakes(np.asarray(y).astype(np.int64), s),
+                            expected=np.array([expected]), atol=AUC_TOLERANCE)
             raise Fail(case, f"expected {expected:.10g}, got {got:.10g}",
                        hint or "AUC = (pairs with positive > negative + 1/2 · tied pairs) / (positives · negatives); "
                                "with ranks, tied scores need their average rank")

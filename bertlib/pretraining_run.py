@@ -191,43 +191,32 @@ def check_vocabulary(tokenizer: WordPieceTokenizer, vocab_path: Path, trained_he
                             f"[MASK]): there is nothing for MLM to predict; use {fix}")
 
 
-def split_documents(count: int, eval_fraction: float, seed: int, nsp: bool) -> tuple[list[int], list[int]]:
-    """(training, held-out) indices of `count` tokenized documents, in a seeded order: the CLI's split."""
-    held_out = round(count * eval_fraction)
-    if 0 < held_out < 2 and nsp:
-        held_out = 2 if count >= 6 else 0  # NotNext needs two documents on each side
-    held_out = min(held_out, count - 1)
-    order = torch.randperm(count, generator=torch.Generator().manual_seed(seed)).tolist()
-    return order[held_out:], order[:held_out]
-
-
 def build_datasets(texts: list[str], tokenizer: WordPieceTokenizer, args: argparse.Namespace,
-                   show_progress: bool = True) -> tuple[Dataset, Dataset | None]:
-    """The training and held-out data (every process builds the same): packed windows for --objective mlm,
-    sentence pairs for mlm+nsp. Held-out documents never reach training."""
-    tokenized, _ = tokenize_documents(texts, tokenizer, show_progress)
+                   show_progress: bool = True) -> tuple[Dataset, Dataset | None, list[int]]:
+    """The training and held-out data (every process builds the same) and the held-out documents' indices in
+    `texts`: packed windows for --objective mlm, sentence pairs for mlm+nsp. Held-out documents never reach
+    training."""
+    tokenized, kept = tokenize_documents(texts, tokenizer, show_progress)
     nsp = args.objective == "mlm+nsp"
     if len(tokenized) < (2 if nsp else 1):
         raise PretrainError(f"{args.corpus} has {len(tokenized)} document(s) with text after tokenizing: "
                             + ("NSP needs at least two" if nsp else "nothing to train on") + "; give --corpus more")
-    training_order, held_out_order = split_documents(len(tokenized), args.eval_fraction, args.seed, nsp)
-    evaluation = [tokenized[i] for i in held_out_order]
-    training = [tokenized[i] for i in training_order]
-    if not nsp:
-        train = PackedDataset(packed_windows(training, args.seq_len, tokenizer.cls_id, tokenizer.sep_id,
-                                             args.dupe_factor, seed=args.seed))
-        evaluate = None
-        if evaluation:
-            evaluate = PackedDataset(packed_windows(evaluation, args.seq_len, tokenizer.cls_id, tokenizer.sep_id,
-                                                    1, seed=args.seed + 1))
-        return train, evaluate
-    train = PretrainingDataset(create_instances_from_ids(training, args.seq_len, args.short_seq_prob,
-                                                         args.dupe_factor, seed=args.seed))
-    evaluate = None
-    if evaluation:
-        evaluate = PretrainingDataset(create_instances_from_ids(evaluation, args.seq_len, args.short_seq_prob,
-                                                                1, seed=args.seed + 1))
-    return train, evaluate
+    held_out = round(len(tokenized) * args.eval_fraction)
+    if 0 < held_out < 2 and nsp:
+        held_out = 2 if len(tokenized) >= 6 else 0  # NotNext needs two documents on each side
+    held_out = min(held_out, len(tokenized) - 1)
+    order = torch.randperm(len(tokenized), generator=torch.Generator().manual_seed(args.seed)).tolist()
+
+    def dataset(indices: list[int], passes: int, seed: int) -> Dataset:
+        documents = [tokenized[i] for i in indices]
+        if nsp:
+            return PretrainingDataset(create_instances_from_ids(documents, args.seq_len, args.short_seq_prob,
+                                                                passes, seed=seed))
+        return PackedDataset(packed_windows(documents, args.seq_len, tokenizer.cls_id, tokenizer.sep_id, passes,
+                                            seed=seed))
+
+    evaluation = dataset(order[:held_out], 1, args.seed + 1) if held_out else None
+    return dataset(order[held_out:], args.dupe_factor, args.seed), evaluation, [kept[i] for i in order[:held_out]]
 
 
 def check_batches(train: Dataset, args: argparse.Namespace, world_size: int) -> None:
@@ -291,7 +280,7 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
         collator = MaskingCollator(tokenizer, args.mlm_probability, args.max_predictions, args.whole_word)
     except (OSError, ValueError) as error:  # a missing or unusable corpus or vocabulary: say which, no traceback
         raise PretrainError(str(error)) from None
-    train, evaluation = build_datasets(texts, tokenizer, args, show_progress=is_main and args.progress)
+    train, evaluation, _ = build_datasets(texts, tokenizer, args, show_progress=is_main and args.progress)
     check_batches(train, args, world_size)
     if is_main:
         eval_note = f", {len(evaluation)} held out" if evaluation is not None else ""
@@ -374,9 +363,7 @@ def load_finished_run(out: str | Path) -> FinishedRun:
     args = argparse.Namespace(**json.loads((out / "run.json").read_text(encoding="utf-8"))["args"])
     tokenizer = WordPieceTokenizer.from_vocab_file(out / "pretrained" / "vocab.txt")
     texts, _ = load_texts(args.corpus, args.max_documents)
-    train, held_out = build_datasets(texts, tokenizer, args, show_progress=False)
-    tokenized, kept = tokenize_documents(texts, tokenizer, show_progress=False)
-    _, held_out_order = split_documents(len(tokenized), args.eval_fraction, args.seed, args.objective == "mlm+nsp")
+    train, held_out, held_out_indices = build_datasets(texts, tokenizer, args, show_progress=False)
     model = hf.from_pretrained(out / "pretrained", cls=BertForPreTraining, verbose=False)
     return FinishedRun(args, tokenizer, model, History.read_csv(out / "history.csv"), train, held_out,
-                       [texts[kept[i]] for i in held_out_order])
+                       [texts[i] for i in held_out_indices])

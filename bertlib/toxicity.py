@@ -46,6 +46,12 @@ def _read_lowercase(folder: Path, default: bool = True) -> bool:
     return default
 
 
+def _multi_label_head(label_names: Sequence[str]) -> dict[str, Any]:
+    """The config of a new head with one sigmoid output per label."""
+    return {"num_labels": len(label_names), "label_names": tuple(label_names),
+            "problem_type": "multi_label_classification"}
+
+
 class ToxicityClassifier:
     """A fine-tuned BERT with its tokenizer, label names and decision thresholds, ready for new comments.
 
@@ -97,8 +103,7 @@ class ToxicityClassifier:
 
         folder = hf.resolve(name_or_path)
         model = hf.from_pretrained(folder, cls=BertForSequenceClassification, verbose=verbose,
-                                   num_labels=len(label_names), label_names=tuple(label_names),
-                                   problem_type="multi_label_classification", **config_overrides)
+                                   **_multi_label_head(label_names), **config_overrides)
         return cls(model, folder / "vocab.txt", _read_lowercase(folder), max_len=max_len, clean=clean)
 
     @classmethod
@@ -112,8 +117,7 @@ class ToxicityClassifier:
         from . import hf
 
         folder = hf.resolve(name_or_path)
-        config = BertConfig.from_json(folder / "config.json", num_labels=len(label_names),
-                                      label_names=tuple(label_names), problem_type="multi_label_classification")
+        config = BertConfig.from_json(folder / "config.json", **_multi_label_head(label_names))
         return cls(BertForSequenceClassification(config), folder / "vocab.txt", _read_lowercase(folder),
                    max_len=max_len, clean=clean)
 

@@ -34,10 +34,9 @@ class Guessers:
                 follows[left][right] += 1
         if not unigram:
             raise ValueError("Guessers: the training sequences hold no token that is not special")
-        self.unigram = unigram
         self.follows = dict(follows)  # left token -> Counter of the tokens that followed it
-        self.commonest = unigram.most_common(1)[0][0]
-        self.bigram = {left: counts.most_common(1)[0][0] for left, counts in follows.items()}
+        self.ranked = [token for token, _ in unigram.most_common()]  # commonest first
+        self.commonest = self.ranked[0]
         counts = torch.full((vocab_size,), 0.5)  # add-half smoothing: a held-out token never seen costs a finite loss
         for token, count in unigram.items():
             counts[token] += count
@@ -46,17 +45,18 @@ class Guessers:
 
     def most_common(self, k: int) -> list[int]:
         """The frequency guesser's top k: the k commonest training tokens, whatever the context."""
-        return [token for token, _ in self.unigram.most_common(k)]
+        return self.ranked[:k]
 
     def after(self, left: int) -> int:
         """The bigram guess: the token that most often followed `left`, else the commonest token."""
-        return self.bigram.get(left, self.commonest)
+        return self.top_after(left, 1)[0]
 
     def top_after(self, left: int | None, k: int) -> list[int]:
         """The bigram guesser's top k after `left` (None: no left token), topped up with the commonest tokens."""
         guesses = [token for token, _ in self.follows[left].most_common(k)] if left in self.follows else []
-        fill = [token for token in self.most_common(k + len(guesses)) if token not in guesses]
-        return guesses + fill[:k - len(guesses)]
+        if len(guesses) < k:
+            guesses += [token for token in self.ranked[:2 * k] if token not in guesses][:k - len(guesses)]
+        return guesses
 
 
 def wilson_interval(hits: int, count: int, z: float = 1.96) -> tuple[float, float]:

@@ -41,15 +41,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from bertlib import BertConfig, BertForPreTraining  # noqa: E402
-from bertlib.corpus import load_corpus  # noqa: E402
-from bertlib.embeddings import sinusoidal_table  # noqa: E402
-from bertlib.mlm import MaskingCollator  # noqa: E402
-from bertlib.model import IGNORE_INDEX  # noqa: E402
-from bertlib.nsp import PretrainingDataset, create_instances_from_ids, tokenize_documents  # noqa: E402
-from bertlib.packing import packed_windows  # noqa: E402
-from bertlib.wordpiece import SPECIAL_TOKENS, BasicTokenizer, WordPieceTokenizer  # noqa: E402
-from bertlib.wordpiece_trainer import train_wordpiece  # noqa: E402
-from bertlib.yardsticks import Guessers, score_masked_positions  # noqa: E402
+from bertlib.basics import IGNORE_INDEX  # noqa: E402
+from bertlib.data.corpus import load_corpus  # noqa: E402
+from bertlib.model.embeddings import sinusoidal_table  # noqa: E402
+from bertlib.pretraining.mlm import MaskingCollator  # noqa: E402
+from bertlib.pretraining.nsp import PretrainingDataset, create_instances_from_ids, tokenize_documents  # noqa: E402
+from bertlib.pretraining.packing import packed_windows  # noqa: E402
+from bertlib.pretraining.yardsticks import Guessers, score_masked_positions  # noqa: E402
+from bertlib.text.wordpiece import SPECIAL_TOKENS, BasicTokenizer, WordPieceTokenizer  # noqa: E402
+from bertlib.text.wordpiece_trainer import train_wordpiece  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -272,7 +272,7 @@ def run(name: str, recipe: Recipe, corpus_texts: list[str], args) -> dict:
 
 def versus_transformers(recipe: Recipe, corpus_texts: list[str], args) -> None:
     """bertlib's BertForPreTraining and transformers' on the same masked batches from the same initial weights
-    (copied through bertlib.hf; dropout off, MLM loss only): if transformers left the plateau and bertlib did
+    (copied through bertlib.model.hf; dropout off, MLM loss only): if transformers left the plateau and bertlib did
     not, bertlib would have a bug. Prints both training losses and held-out [MASK] accuracies side by side."""
     import transformers
 

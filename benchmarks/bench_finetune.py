@@ -5,8 +5,8 @@ path comes from benchmarks/real_comments.py) when that folder is there, else the
 data/toxic_comments_sample.csv (the script says which). `rounds` buckets of `bucket_batches * batch_size`
 comments are drawn at random. In each round, every mode below trains on every comment of that round's bucket:
 
-    bertlib, grouped        bertlib.BertForSequenceClassification; bertlib.sampling.length_grouped_batches
-                            (comments of similar length share a batch) and bertlib.batching.PadCollator
+    bertlib, grouped        bertlib.BertForSequenceClassification; bertlib.training.sampling.length_grouped_batches
+                            (comments of similar length share a batch) and bertlib.finetuning.batching.PadCollator
                             (each batch padded to its longest comment): what bertlib.finetune does
     bertlib, random         the same model and collator on the transformers user's random batches: the
                             model's own share of the gain, with the grouping taken out
@@ -14,14 +14,14 @@ comments are drawn at random. In each round, every mode below trains on every co
                             plain DataLoader(shuffle=True) with DataCollatorWithPadding: what the transformers
                             documentation teaches
 
-Same weights (bertlib's initial tensors copied into transformers' model through bertlib.hf), same batch
+Same weights (bertlib's initial tensors copied into transformers' model through bertlib.model.hf), same batch
 size, maximum length, AdamW settings and loss (one sigmoid output with binary cross-entropy, as
 bertlib.finetune --task binary trains), same dropout, same number of torch threads. One timed step is:
 collate the batch (for transformers, the DataLoader's next batch), forward, loss, backward, AdamW update.
 The modes take turns batch by batch, so a busy machine slows all of them alike. Each round gives one
 samples/s figure per mode; the script prints their median and range beside the figure over all rounds.
 Tokenizing is done once, before training, on both sides (transformers' BertTokenizerFast,
-bertlib.fast_tokenizer); the script times it apart and checks that both give the same ids. The last line is
+bertlib.text.fast_tokenizer); the script times it apart and checks that both give the same ids. The last line is
 bertlib's samples/s (grouped) over transformers', over all rounds.
 
     python benchmarks/bench_finetune.py [--model minilm|mini] [--batch-size 32] [--bucket-batches 8]
@@ -57,10 +57,10 @@ import torch
 import transformers
 
 from bertlib import BertConfig, BertForSequenceClassification, hf
-from bertlib.batching import PadCollator
-from bertlib.data import sample_dir
-from bertlib.fast_tokenizer import encode_texts, load_tokenizer
-from bertlib.sampling import length_grouped_batches
+from bertlib.data.files import sample_dir
+from bertlib.finetuning.batching import PadCollator
+from bertlib.text.fast_tokenizer import encode_texts, load_tokenizer
+from bertlib.training.sampling import length_grouped_batches
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from real_comments import REAL_COMMENTS  # noqa: E402  (a sibling script, not a package)
@@ -122,7 +122,7 @@ def tokenize_both(their_tokenizer, texts: list[str], max_len: int) -> tuple[list
     if same != len(texts):
         raise AssertionError(f"the two tokenizers disagree on {len(texts) - same} of {len(texts)} comments")
     line = (f"tokenizing all {len(texts):,} comments once: BertTokenizerFast {their_seconds:.2f} s, "
-            f"bertlib.fast_tokenizer {our_seconds:.2f} s, identical ids {same:,}/{len(texts):,}")
+            f"bertlib.text.fast_tokenizer {our_seconds:.2f} s, identical ids {same:,}/{len(texts):,}")
     return ids, encoded, line
 
 
@@ -213,7 +213,7 @@ def bench(model_name: str, batch_size: int, bucket_batches: int, rounds: int, ma
 
 def quality(epochs: float, limit: int | None, out: str, max_len: int, lr: float) -> None:
     """Fine-tune MiniLM and fit the TF-IDF baseline on the shared binary dev file (70/10/20 parts), via the CLI."""
-    from bertlib.finetune import main as finetune
+    from bertlib.finetuning.run import main as finetune
 
     if not REAL_COMMENTS.is_file():
         raise SystemExit(f"{REAL_COMMENTS} is not here: the quality run needs the shared Jigsaw dev file")

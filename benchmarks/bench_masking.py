@@ -42,10 +42,10 @@ sys.path.insert(0, str(REPO))
 from real_comments import read_real_comments  # noqa: E402  (benchmarks/real_comments.py)
 
 from bertlib import BertConfig, BertForPreTraining  # noqa: E402
-from bertlib.corpus import load_corpus  # noqa: E402
-from bertlib.mlm import MaskingCollator, SpecialIds, vocabulary  # noqa: E402
-from bertlib.nsp import create_instances, tokenize_sentences  # noqa: E402
-from bertlib.wordpiece import WordPieceTokenizer  # noqa: E402
+from bertlib.data.corpus import load_corpus  # noqa: E402
+from bertlib.pretraining.mlm import MaskingCollator, SpecialIds, vocabulary  # noqa: E402
+from bertlib.pretraining.nsp import create_instances, tokenize_sentences  # noqa: E402
+from bertlib.text.wordpiece import WordPieceTokenizer  # noqa: E402
 
 
 def load_texts() -> tuple[list[str], str]:

@@ -20,7 +20,7 @@ import torch
 import transformers
 
 from bertlib import BertConfig, BertForPreTraining
-from bertlib.hf import load_hf_state_dict
+from bertlib.model.hf import load_hf_state_dict
 
 BATCH = {"mini": 32, "small": 16, "base": 8, "large": 4}
 

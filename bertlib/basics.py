@@ -3,12 +3,15 @@ use them before torch is installed, and the training loop and the masking use th
 
     atomic_write(path, lambda tmp: tmp.write_text("..."))   # `path` is whole or untouched, never half written
     labels.masked_fill(~chosen, IGNORE_INDEX)               # a position no loss is computed at
+    __getattr__, __dir__, __all__ = lazy_exports(__name__, {"cleaning": ("clean_text",)})  # in a package
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Mapping
+from importlib import import_module
 from pathlib import Path
 
 IGNORE_INDEX = -100  # label of a position that is not predicted (PyTorch's cross-entropy default)
@@ -44,3 +47,30 @@ def _fsync_folder(folder: Path) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+def lazy_exports(package: str, exports: Mapping[str, tuple[str, ...]]) -> tuple[Callable, Callable, list[str]]:
+    """A package's `__getattr__`, `__dir__` and `__all__` that import each name from its module on first use.
+
+    `exports` maps a module of the package to the names it gives the package (PEP 562; a name may be a submodule
+    of that module, as `hf` of bertlib.model), so
+    `from bertlib.pretraining import MaskingCollator` works while `import bertlib.pretraining` imports no module
+    of it, and nothing heavy (torch) loads before a name that needs it is used.
+    """
+    home = {name: module for module, names in exports.items() for name in names}
+
+    def __getattr__(name: str):
+        if name not in home:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        module = f"{package}.{home[name]}"
+        try:
+            value = getattr(import_module(module), name)
+        except AttributeError:
+            value = import_module(f"{module}.{name}")
+        setattr(sys.modules[package], name, value)
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*vars(sys.modules[package]), *home})
+
+    return __getattr__, __dir__, sorted(home)

@@ -120,9 +120,9 @@ def hub_offline_as_the_test_sets_it(monkeypatch):
     """HF_HUB_OFFLINE counts as the test leaves it in os.environ, whatever the shell running pytest had.
 
     huggingface_hub reads HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) once, at import, into
-    constants.HF_HUB_OFFLINE, and bertlib.downloads falls back on that value where the variable is unset. So in a
+    constants.HF_HUB_OFFLINE, and bertlib.data.hub falls back on that value where the variable is unset. So in a
     shell with HF_HUB_OFFLINE=1 (common for people who work offline), a test that unsets the variable to talk to a
-    local hub stayed offline. Here the import-time value is off, as in a shell without it: bertlib.downloads
+    local hub stayed offline. Here the import-time value is off, as in a shell without it: bertlib.data.hub
     reads the variable at each call, so a test that wants offline sets it, and one that wants a hub unsets it.
     """
     try:

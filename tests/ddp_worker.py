@@ -14,8 +14,8 @@ from pathlib import Path
 import torch
 
 from bertlib import BertConfig, BertForPreTraining, BertForSequenceClassification
-from bertlib.trainer import Trainer
-from bertlib.training_config import TrainingConfig
+from bertlib.training.config import TrainingConfig
+from bertlib.training.trainer import Trainer
 
 VOCAB = 100
 MASK_ID = 4  # ids 0-4 play [PAD] [UNK] [CLS] [SEP] [MASK]

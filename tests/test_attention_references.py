@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from bertlib import BertConfig
-from bertlib.attention import MultiHeadSelfAttention, padding_mask
+from bertlib.model.attention import MultiHeadSelfAttention, padding_mask
 
 TOL = 1e-5
 LENGTHS = [9, 6, 2]  # three sequences, padded to 9 tokens
@@ -64,7 +64,7 @@ def torch_twin(ours: MultiHeadSelfAttention) -> nn.MultiheadAttention:
 def d2l_twin(ours: MultiHeadSelfAttention) -> nn.Module:
     """d2l's MultiHeadAttention with our weights in W_q, W_k, W_v (the thirds of the fused matrix) and W_o."""
     pytest.importorskip("d2l")
-    from bertlib.d2l_loader import load_d2l
+    from bertlib.course.d2l_loader import load_d2l
 
     d2l = load_d2l()
     hidden_size = ours.out.in_features
@@ -137,7 +137,7 @@ def test_bertlib_equals_d2l_multihead_attention(config, batch):
 
 def test_d2l_turns_an_all_padding_sequence_into_uniform_weights(config):
     pytest.importorskip("d2l")
-    from bertlib.d2l_loader import load_d2l
+    from bertlib.course.d2l_loader import load_d2l
 
     d2l = load_d2l()
     scores = torch.randn(2, 3, 5)  # (batch, queries, keys)
@@ -155,7 +155,7 @@ def test_d2l_turns_an_all_padding_sequence_into_uniform_weights(config):
 
 def test_d2l_masking_constant_is_minus_infinity_in_float16(config):
     pytest.importorskip("d2l")
-    from bertlib.d2l_loader import load_d2l
+    from bertlib.course.d2l_loader import load_d2l
 
     d2l = load_d2l()
     assert torch.tensor(-1e6, dtype=torch.float16).isinf()  # float16 ends at 65504

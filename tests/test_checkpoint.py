@@ -1,4 +1,4 @@
-"""bertlib.checkpoint, bertlib.run_lock and bertlib.devices: atomic files, safe loading, one run per folder."""
+"""bertlib.training's checkpoint, lock and devices: atomic files, safe loading, one run per folder."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import sys
 import pytest
 import torch
 
-from bertlib import devices
-from bertlib.checkpoint import (
+from bertlib.training import devices
+from bertlib.training.checkpoint import (
     CheckpointError,
     OutDirError,
     atomic_write,
@@ -24,7 +24,7 @@ from bertlib.checkpoint import (
     remove_orphaned_temp_files,
     save_checkpoint,
 )
-from bertlib.run_lock import RunLock, RunLockedError
+from bertlib.training.lock import RunLock, RunLockedError
 
 
 def dead_pid() -> int:
@@ -110,7 +110,7 @@ def test_orphaned_temp_files_of_dead_processes_are_removed(tmp_path):
     assert not orphan.exists() and ours.exists()
 
 
-LOCK_IN_CHILD = "import sys; from bertlib.run_lock import RunLock; RunLock(sys.argv[1]).acquire(); print('got it')"
+LOCK_IN_CHILD = "import sys; from bertlib.training.lock import RunLock; RunLock(sys.argv[1]).acquire(); print('got it')"
 
 
 def test_a_second_process_cannot_take_a_held_lock(tmp_path):
@@ -162,7 +162,7 @@ def test_pick_device_without_a_gpu(monkeypatch):
 RACE_CHILD = """
 import sys, time
 from pathlib import Path
-from bertlib import run_lock
+from bertlib.training import lock as run_lock
 folder, stale, go, delay = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]), float(sys.argv[4])
 real = run_lock.process_alive
 def slow(pid):

@@ -19,19 +19,19 @@ from hypothesis import strategies as st
 from sklearn.metrics import confusion_matrix, f1_score, roc_auc_score
 
 from bertlib import BertConfig, BertForSequenceClassification, hf
-from bertlib.baseline import TfidfBaseline
-from bertlib.batching import CommentDataset, PadCollator
-from bertlib.data import LABELS, load_comments
-from bertlib.fairness import identity_false_positive_rates
-from bertlib.fast_tokenizer import encode_texts, load_tokenizer
-from bertlib.finetune import FineTuneConfig, fine_tune, make_batch_sampler
-from bertlib.finetune import main as finetune_main
-from bertlib.labels import ANY_TOXIC, label_matrix, positive_weights, task_labels
-from bertlib.metrics import confident_mistakes, confusion_matrices, evaluate, tune_thresholds, untuned_labels
-from bertlib.predict import main as predict_main
-from bertlib.sampling import LengthGroupedBatchSampler, length_grouped_batches
-from bertlib.split import stratified_split
-from bertlib.toxicity import ToxicityClassifier
+from bertlib.data.comments import load_comments
+from bertlib.data.labels import ANY_TOXIC, LABELS, label_matrix, positive_weights, task_labels
+from bertlib.finetuning.baseline import TfidfBaseline
+from bertlib.finetuning.batching import CommentDataset, PadCollator
+from bertlib.finetuning.classifier import ToxicityClassifier
+from bertlib.finetuning.fairness import identity_false_positive_rates
+from bertlib.finetuning.metrics import confident_mistakes, confusion_matrices, evaluate, tune_thresholds, untuned_labels
+from bertlib.finetuning.predict import main as predict_main
+from bertlib.finetuning.recipe import FineTuneConfig, fine_tune, make_batch_sampler
+from bertlib.finetuning.run import main as finetune_main
+from bertlib.finetuning.split import stratified_split
+from bertlib.text.fast_tokenizer import encode_texts, load_tokenizer
+from bertlib.training.sampling import LengthGroupedBatchSampler, length_grouped_batches
 from conftest import tiny_checkpoint_folder
 
 WORDS = ["good", "nice", "thanks", "article", "source", "page", "edit", "idiot", "stupid", "moron", "you", "are",
@@ -475,8 +475,8 @@ def test_predict_reads_csv_through_the_one_reader_and_names_bad_files(tiny_check
 
 
 def test_text_that_is_not_utf8_is_cleaned_as_bertlib_s_tokenizer_cleans_it(tiny_checkpoint, tmp_path, one_thread):
-    from bertlib.cleaning import clean_text
-    from bertlib.wordpiece import WordPieceTokenizer
+    from bertlib.text.cleaning import clean_text
+    from bertlib.text.wordpiece import WordPieceTokenizer
 
     classifier = ToxicityClassifier.from_checkpoint(tiny_checkpoint, ["toxic"], verbose=False)
     texts = ["you\ud800 idiot", "good \udcff\udcfearticle", "\udcff"]  # lone surrogates, through the API

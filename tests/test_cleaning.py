@@ -1,4 +1,4 @@
-"""bertlib.cleaning: each step on crafted inputs, the switches, the report's counts, and idempotence."""
+"""bertlib.text.cleaning: each step on crafted inputs, the switches, the report's counts, and idempotence."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bertlib import cleaning
-from bertlib.cleaning import STEP_NAMES, clean_text, clean_texts
+from bertlib.text import cleaning
+from bertlib.text.cleaning import STEP_NAMES, clean_text, clean_texts
 
 
 def only(step: str) -> dict[str, bool]:

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
-from bertlib.finetune import main as finetune_main
+from bertlib.finetuning.run import main as finetune_main
 from conftest import tiny_checkpoint_folder
 
 WORDS = ["good", "nice", "thanks", "article", "source", "page", "edit", "idiot", "stupid", "moron", "you", "are"]
@@ -89,8 +89,8 @@ def corpus(tmp_path_factory):
 @pytest.fixture(scope="module")
 def vocab(corpus, tmp_path_factory):
     """A small WordPiece vocabulary of the corpus."""
-    from bertlib.wordpiece import WordPieceTokenizer
-    from bertlib.wordpiece_trainer import train_wordpiece
+    from bertlib.text.wordpiece import WordPieceTokenizer
+    from bertlib.text.wordpiece_trainer import train_wordpiece
 
     texts = [path.read_text(encoding="utf-8") for path in sorted(corpus.glob("*.txt"))]
     path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
@@ -100,7 +100,7 @@ def vocab(corpus, tmp_path_factory):
 
 def pretrain(corpus, vocab, out, *extra: str) -> int:
     """The pretrain CLI on the tiny model, in this process."""
-    from bertlib.pretrain import main
+    from bertlib.pretraining.cli import main
 
     return main(["--config", "tiny", "--corpus", str(corpus), "--vocab", str(vocab), "--out", str(out),
                  "--steps", "2", "--batch-size", "4", "--seq-len", "32", "--dupe-factor", "1", "--eval-fraction", "0",
@@ -170,9 +170,9 @@ def test_finetune_data_too_small_for_one_random_batch_is_one_line(tiny_checkpoin
 
 @pytest.mark.parametrize("error", ["value", "nonfinite", "locked", "ctrl-c"])
 def test_finetune_main_turns_every_refusal_into_one_line(tmp_path, capsys, monkeypatch, error):
-    from bertlib import finetune as module
-    from bertlib.run_lock import RunLockedError
-    from bertlib.trainer import NonFiniteLossError
+    from bertlib.finetuning import run as module
+    from bertlib.training.lock import RunLockedError
+    from bertlib.training.trainer import NonFiniteLossError
 
     raised = {"value": ValueError("a bad thing"), "nonfinite": NonFiniteLossError("loss is nan at step 3"),
               "locked": RunLockedError("another run holds it"), "ctrl-c": KeyboardInterrupt("interrupted at step 2")}

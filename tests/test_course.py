@@ -12,7 +12,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from bertlib import course, data, rng
+from bertlib import data
+from bertlib.course import runner
+from bertlib.course import session as course
+from bertlib.training import rng
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -22,8 +25,8 @@ def test_in_a_checkout_the_sample_and_the_notebooks_are_the_checkouts():
     assert data.sample_dir() == ROOT / "data"
     assert (data.sample_dir() / data.SAMPLE_COMMENTS).is_file()
     assert course.notebooks_dir() == ROOT / "notebooks"
-    assert course.notebook_paths()[0].name.startswith("00_")
-    assert all(path.parent.name == "solutions" for path in course.notebook_paths(solutions=True))
+    assert runner.notebook_paths()[0].name.startswith("00_")
+    assert all(path.parent.name == "solutions" for path in runner.notebook_paths(solutions=True))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -93,7 +96,7 @@ def test_a_bertlib_artifacts_that_is_a_file_is_one_line_in_a_notebook_and_in_the
 
     monkeypatch.setenv("BERTLIB_SMOKE", "1" if smoke else "0")
     monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # the runner sets it for its kernels
-    assert course.main(["--only", "00"]) == 2  # refused before any notebook runs
+    assert runner.main(["--only", "00"]) == 2  # refused before any notebook runs
     err = capsys.readouterr().err
     assert err.startswith("error: BERTLIB_ARTIFACTS=") and len(err.strip().splitlines()) == 1, err
 
@@ -219,8 +222,8 @@ def test_needs_lets_a_cell_run_or_says_it_is_skipped(capsys, monkeypatch):
 
 def run_course(*args: str, notebooks: Path, artifacts: Path) -> subprocess.CompletedProcess:
     """`python -m bertlib.course ARGS` over the notebooks in `notebooks`, as a separate process."""
-    code = ("import sys; from pathlib import Path; from bertlib import course; "
-            f"course.notebooks_dir = lambda: Path({str(notebooks)!r}); sys.exit(course.main(sys.argv[1:]))")
+    code = ("import sys; from pathlib import Path; from bertlib.course import runner; "
+            f"runner.notebooks_dir = lambda: Path({str(notebooks)!r}); sys.exit(runner.main(sys.argv[1:]))")
     env = {**os.environ, "BERTLIB_ARTIFACTS": str(artifacts), "BERTLIB_SMOKE": "1"}
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
                           timeout=300, cwd=ROOT)
@@ -287,16 +290,16 @@ def widget_notebook(value: float, other_widget: bool) -> nbformat.NotebookNode:
 
 def test_a_saved_progress_widget_becomes_its_last_line_of_text():
     nb = widget_notebook(6.0, other_widget=False)
-    assert course.freeze_progress_bars(nb) == 1
+    assert runner.freeze_progress_bars(nb) == 1
     [line] = nb.cells[0].outputs
     assert line.text == "train:  60%|######    | 6/10 [00:03<00:02, 2.00step/s, loss=0.5]\n"
     assert "widgets" not in nb.metadata
     kept = widget_notebook(10.0, other_widget=True)
-    assert course.freeze_progress_bars(kept) == 1
+    assert runner.freeze_progress_bars(kept) == 1
     assert kept.cells[0].outputs[0].text.startswith("train:  60%|##########| 6/10")  # the bar drawn from the meter
     assert kept.cells[0].outputs[1].output_type == "display_data" and "widgets" in kept.metadata  # not a bar: kept
 
 
 def test_failure_status_drops_colour_codes_and_keeps_the_last_line():
     error = RuntimeError("\x1b[0;31mTraceback\x1b[0m\n\x1b[0;31mValueError\x1b[0m: bad value\n")
-    assert course.failure_status(error) == "FAILED: RuntimeError: ValueError: bad value"
+    assert runner.failure_status(error) == "FAILED: RuntimeError: ValueError: bad value"

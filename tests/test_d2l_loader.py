@@ -1,4 +1,4 @@
-"""bertlib.d2l_loader: d2l.torch imports without torchvision and leaves no trace that transformers could see.
+"""bertlib.course.d2l_loader: d2l.torch imports without torchvision and leaves no trace that transformers could see.
 
 Checks that depend on what is already imported run in a fresh interpreter (a subprocess): the test
 process itself may have imported d2l.torch or transformers long before.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bertlib import d2l_loader
+from bertlib.course import d2l_loader
 
 # Runs in a fresh interpreter: what transformers sees of torchvision, and a tiny BertModel's output.
 TRANSFORMERS_PROBE = """
@@ -26,7 +26,7 @@ LOAD_D2L = {load_d2l}
 report = {{"spec_before": repr(importlib.util.find_spec("torchvision")),
            "modules_before": sorted(n for n in sys.modules if n.split(".")[0] == "torchvision")}}
 if LOAD_D2L:
-    from bertlib import d2l_loader
+    from bertlib.course import d2l_loader
     d2l = d2l_loader.load_d2l()
     report["classes"] = [hasattr(d2l, "MultiHeadAttention"), hasattr(d2l, "BERTEncoder")]
     report["without_torchvision"] = d2l_loader.loaded_without_torchvision(d2l)
@@ -106,7 +106,7 @@ def test_a_torchvision_that_imports_is_used_as_is(tmp_path):
     fake = write_fake_torchvision(tmp_path, "MARK = 'the real one'\n")
     result = run_python("""
         import sys
-        from bertlib import d2l_loader
+        from bertlib.course import d2l_loader
         d2l = d2l_loader.load_d2l()
         assert d2l.torchvision.MARK == "the real one" and d2l.transforms.FAKE
         assert not d2l_loader.loaded_without_torchvision(d2l)
@@ -122,7 +122,7 @@ def test_a_torchvision_that_fails_to_import_is_a_clear_error(tmp_path):
     fake = write_fake_torchvision(tmp_path, "raise RuntimeError('operator torchvision::nms does not exist')\n")
     result = run_python("""
         import sys
-        from bertlib import d2l_loader
+        from bertlib.course import d2l_loader
         try:
             d2l_loader.load_d2l()
         except ImportError as error:
@@ -140,7 +140,7 @@ def test_a_blocked_torchvision_entry_is_put_back():
     result = run_python("""
         import sys
         sys.modules["torchvision"] = None  # how a program says: never import torchvision
-        from bertlib import d2l_loader
+        from bertlib.course import d2l_loader
         d2l = d2l_loader.load_d2l()
         assert d2l_loader.loaded_without_torchvision(d2l)
         assert sys.modules["torchvision"] is None and "torchvision.transforms" not in sys.modules

@@ -1,4 +1,4 @@
-"""bertlib.data and bertlib.corpus: where comments are found, every bad-input error, empty comments, corpus loaders."""
+"""bertlib.data: where comments are found, every bad-input error, empty comments, corpus loaders."""
 
 from __future__ import annotations
 
@@ -10,10 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertlib import corpus as corpora
 from bertlib import course, data
-from bertlib.corpus import Document
-from bertlib.data import COLUMNS, LABELS, DataError, load_comments
+from bertlib.data import comments as comment_data
+from bertlib.data import corpus as corpora
+from bertlib.data.comments import load_comments
+from bertlib.data.corpus import Document
+from bertlib.data.files import DataError
+from bertlib.data.labels import COLUMNS, LABELS
 
 REAL_SAMPLE = course.REPO_ROOT.parent / "shared" / "data" / "jigsaw_6label_sample.csv"
 
@@ -40,7 +43,7 @@ GOOD = [comment("a1", "You are great", 0), comment("b2", "Two\nlines, and \"quot
 @pytest.fixture
 def no_kaggle(monkeypatch, tmp_path):
     """Point the Kaggle input folder at an empty place, so only explicit paths and the sample count."""
-    monkeypatch.setattr(data, "KAGGLE_DIR", tmp_path / "no-kaggle")
+    monkeypatch.setattr(comment_data, "KAGGLE_DIR", tmp_path / "no-kaggle")
 
 
 def write(tmp_path: Path, content: bytes, name: str = "comments.csv") -> Path:
@@ -166,7 +169,7 @@ def test_repeated_rows_are_reported_and_kept_or_dropped(tmp_path):
 def test_resolution_order_explicit_then_kaggle_then_sample(monkeypatch, tmp_path):
     kaggle = tmp_path / "kaggle"
     kaggle.mkdir()
-    monkeypatch.setattr(data, "KAGGLE_DIR", kaggle)
+    monkeypatch.setattr(comment_data, "KAGGLE_DIR", kaggle)
     sample = data.sample_dir() / data.SAMPLE_COMMENTS
     if sample.is_file():
         assert data.find_comments() == sample

@@ -1,4 +1,4 @@
-"""The architecture diagrams in bertlib.plots: each draws what it says, with a title, and refuses bad input."""
+"""The architecture diagrams in bertlib.course.plots: each draws what it says, with a title, and refuses bad input."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from bertlib import plots  # noqa: E402
+from bertlib.course import plots  # noqa: E402
 
 
 def texts(fig) -> str:

@@ -1,4 +1,4 @@
-"""bertlib.downloads: the real download code against a local stand-in for the hub (tests/hub_server.py).
+"""bertlib.data.hub: the real download code against a local stand-in for the hub (tests/hub_server.py).
 
 Every parquet file here is written by the test with made-up text. HF_ENDPOINT points at the local server
 and HF_HOME / HF_HUB_CACHE at a fresh folder, so nothing leaves 127.0.0.1 and no test shares a cache. The hub
@@ -18,14 +18,20 @@ import pandas as pd
 import pytest
 from hub_server import LocalHub
 
-from bertlib import corpus, data, downloads
-from bertlib.data import COLUMNS, LABELS, DataError
+from bertlib import data
+from bertlib.data import comments as comment_data
+from bertlib.data import corpus as corpora
+from bertlib.data import hub as hub_client
+from bertlib.data import wikitext
+from bertlib.data.files import DataError
+from bertlib.data.labels import COLUMNS, LABELS
+from bertlib.pretraining import sources
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
-JIGSAW = downloads.JIGSAW_FILE
-WIKI = downloads.WIKITEXT_FOLDER
+JIGSAW = comment_data.JIGSAW_FILE
+WIKI = wikitext.WIKITEXT_FOLDER
 
 
 def parquet_bytes(columns: dict[str, list]) -> bytes:
@@ -63,11 +69,11 @@ VALIDATION = wiki_lines(" = Validation Article = ", " Held out text . ")
 def hub(tmp_path, monkeypatch):
     """A running local hub with the synthetic files, HF_ENDPOINT pointing at it and an empty HF cache."""
     server = LocalHub()
-    server.add(downloads.JIGSAW_REPO, JIGSAW, parquet_bytes(synthetic_comments()))
-    train_0, train_1 = downloads.WIKITEXT_FILES["train"]
-    server.add(downloads.WIKITEXT_REPO, f"{WIKI}/{train_0}", SHARD_0)
-    server.add(downloads.WIKITEXT_REPO, f"{WIKI}/{train_1}", SHARD_1)
-    server.add(downloads.WIKITEXT_REPO, f"{WIKI}/{downloads.WIKITEXT_FILES['validation'][0]}", VALIDATION)
+    server.add(comment_data.JIGSAW_REPO, JIGSAW, parquet_bytes(synthetic_comments()))
+    train_0, train_1 = wikitext.WIKITEXT_FILES["train"]
+    server.add(wikitext.WIKITEXT_REPO, f"{WIKI}/{train_0}", SHARD_0)
+    server.add(wikitext.WIKITEXT_REPO, f"{WIKI}/{train_1}", SHARD_1)
+    server.add(wikitext.WIKITEXT_REPO, f"{WIKI}/{wikitext.WIKITEXT_FILES['validation'][0]}", VALIDATION)
     server.start()
     monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
@@ -92,7 +98,7 @@ def cached_blob(tmp_path: Path, filename: str) -> Path:
 
 
 def test_download_gives_the_jigsaw_schema_and_says_where_from(hub, capsys):
-    frame = downloads.jigsaw_comments()
+    frame = comment_data.jigsaw_comments()
     expected = pd.DataFrame(synthetic_comments()).drop(columns="__index_level_0__")
     assert list(frame.columns) == list(COLUMNS)
     assert all(frame[label].dtype == "int64" for label in LABELS)
@@ -106,24 +112,24 @@ def test_the_hub_settings_are_the_ones_the_test_makes_not_the_shells(monkeypatch
     """In a shell with HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 (as .ci/run has), unsetting them puts a test online."""
     for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.delenv(name, raising=False)
-    assert downloads._settings()[2] is None and not huggingface_hub.constants.is_offline_mode()
+    assert hub_client._settings()[2] is None and not huggingface_hub.constants.is_offline_mode()
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert downloads._settings()[2] == "offline: HF_HUB_OFFLINE is set"
+    assert hub_client._settings()[2] == "offline: HF_HUB_OFFLINE is set"
 
 
 def test_second_call_uses_the_cache_without_downloading_again(hub, capsys):
-    first = downloads.jigsaw_file()
-    second = downloads.jigsaw_file()
+    first = comment_data.jigsaw_file()
+    second = comment_data.jigsaw_file()
     assert first == second
     assert hub.gets(JIGSAW) == 1
     assert "using the cached" in capsys.readouterr().out.splitlines()[-1]
 
 
 def test_offline_with_a_warm_cache_reads_the_cache_without_any_request(hub, monkeypatch, capsys):
-    downloads.jigsaw_comments()
+    comment_data.jigsaw_comments()
     hub.requests.clear()
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    frame = downloads.jigsaw_comments()
+    frame = comment_data.jigsaw_comments()
     assert len(frame) == len(synthetic_comments()["id"])
     assert hub.requests == []
     assert "HF_HUB_OFFLINE" in capsys.readouterr().out.splitlines()[-1]
@@ -131,7 +137,7 @@ def test_offline_with_a_warm_cache_reads_the_cache_without_any_request(hub, monk
 
 def test_offline_with_a_cold_cache_returns_none_and_says_why(hub, monkeypatch, capsys):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert downloads.jigsaw_comments() is None
+    assert comment_data.jigsaw_comments() is None
     said = capsys.readouterr().out.strip().splitlines()
     assert len(said) == 1 and "HF_HUB_OFFLINE" in said[0] and "no copy" in said[0]
     assert hub.requests == []
@@ -139,30 +145,30 @@ def test_offline_with_a_cold_cache_returns_none_and_says_why(hub, monkeypatch, c
 
 def test_a_hub_that_is_down_returns_none_or_the_cached_copy(hub, capsys):
     hub.stop()
-    assert downloads.jigsaw_comments() is None
+    assert comment_data.jigsaw_comments() is None
     assert "cannot be reached" in capsys.readouterr().out
 
 
 def test_a_hub_that_goes_down_after_a_download_leaves_the_cache_usable(hub, capsys):
-    downloads.jigsaw_file()
+    comment_data.jigsaw_file()
     hub.stop()
-    assert downloads.jigsaw_comments() is not None
+    assert comment_data.jigsaw_comments() is not None
     said = capsys.readouterr().out.splitlines()[-1]
     assert "using the cached" in said and "cannot be reached" in said
 
 
 def test_downloads_switched_off_use_neither_the_hub_nor_its_cache(hub, monkeypatch, capsys):
-    assert downloads.wikitext_documents("validation") is not None
+    assert wikitext.wikitext_documents("validation") is not None
     hub.requests.clear()
     monkeypatch.setenv("BERTLIB_DOWNLOADS", "0")
-    assert downloads.wikitext_documents("validation") is None
+    assert wikitext.wikitext_documents("validation") is None
     assert hub.requests == []
     assert "BERTLIB_DOWNLOADS=0" in capsys.readouterr().out.splitlines()[-1]
 
 
 def test_a_moved_dataset_returns_none_and_names_the_setting(hub, capsys):
-    assert downloads.jigsaw_comments(repo_id="someone/moved-away") is None
-    assert downloads.jigsaw_comments(filename="data/renamed.parquet") is None
+    assert comment_data.jigsaw_comments(repo_id="someone/moved-away") is None
+    assert comment_data.jigsaw_comments(filename="data/renamed.parquet") is None
     said = capsys.readouterr().out.splitlines()
     assert len(said) == 2 and all("not found" in line and "BERTLIB_JIGSAW_REPO" in line for line in said)
 
@@ -174,40 +180,40 @@ def test_a_moved_dataset_returns_none_and_names_the_setting(hub, capsys):
 
 def test_a_corrupt_file_from_the_hub_is_an_error_naming_it(hub):
     good = parquet_bytes(synthetic_comments())
-    hub.add(downloads.JIGSAW_REPO, JIGSAW, good[: len(good) // 2])
+    hub.add(comment_data.JIGSAW_REPO, JIGSAW, good[: len(good) // 2])
     with pytest.raises(DataError, match=r"train-00000-of-00001\.parquet.*not a readable parquet file"):
-        downloads.jigsaw_comments()
+        comment_data.jigsaw_comments()
 
 
 def test_a_cached_copy_that_was_cut_short_is_an_error_online_and_offline(hub, tmp_path, monkeypatch):
-    downloads.jigsaw_file()
+    comment_data.jigsaw_file()
     blob = cached_blob(tmp_path, "train-00000-of-00001.parquet")
     size = blob.stat().st_size
     blob.write_bytes(blob.read_bytes()[: size - 100])
     with pytest.raises(DataError, match=rf"{size - 100} bytes, but the hub says .*{JIGSAW} has {size}"):
-        downloads.jigsaw_comments()
+        comment_data.jigsaw_comments()
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(DataError, match=r"train-00000-of-00001\.parquet.*not a readable parquet file") as error:
-        downloads.jigsaw_comments()
+        comment_data.jigsaw_comments()
     Path(re.search(r"delete (\S+) and run again", str(error.value)).group(1)).unlink()  # what the message says
     monkeypatch.delenv("HF_HUB_OFFLINE")
-    assert len(downloads.jigsaw_comments()) == len(synthetic_comments()["id"])
+    assert len(comment_data.jigsaw_comments()) == len(synthetic_comments()["id"])
     assert hub.gets(JIGSAW) == 2
 
 
 def test_a_download_shorter_than_the_hub_announced_is_an_error(hub):
     content = parquet_bytes(synthetic_comments())
-    hub.add(downloads.JIGSAW_REPO, JIGSAW, content, advertised_size=len(content) + 10)
+    hub.add(comment_data.JIGSAW_REPO, JIGSAW, content, advertised_size=len(content) + 10)
     with pytest.raises(DataError, match=rf"{JIGSAW}.*downloading .* failed"):
-        downloads.jigsaw_comments()
+        comment_data.jigsaw_comments()
 
 
 def test_the_jigsaw_schema_is_checked(hub):
     wrong = synthetic_comments()
     del wrong["threat"]
-    hub.add(downloads.JIGSAW_REPO, JIGSAW, parquet_bytes(wrong))
+    hub.add(comment_data.JIGSAW_REPO, JIGSAW, parquet_bytes(wrong))
     with pytest.raises(DataError, match=r"missing column\(s\) \['threat'\]"):
-        downloads.jigsaw_comments()
+        comment_data.jigsaw_comments()
 
 
 def test_a_label_other_than_0_or_1_names_the_row_and_column(tmp_path):
@@ -216,7 +222,7 @@ def test_a_label_other_than_0_or_1_names_the_row_and_column(tmp_path):
     path = tmp_path / "comments.parquet"
     path.write_bytes(parquet_bytes(columns))
     with pytest.raises(DataError, match=r"comments\.parquet, column 'insult': label 2 in data row 4 is not 0 or 1"):
-        downloads.read_jigsaw_parquet(path)
+        comment_data.read_jigsaw_parquet(path)
 
 
 def test_a_missing_id_names_the_row(tmp_path):
@@ -225,20 +231,20 @@ def test_a_missing_id_names_the_row(tmp_path):
     path = tmp_path / "comments.parquet"
     path.write_bytes(parquet_bytes(columns))
     with pytest.raises(DataError, match=r"column 'id': missing value in data row 3"):
-        downloads.read_jigsaw_parquet(path)
+        comment_data.read_jigsaw_parquet(path)
 
 
 def test_a_parquet_file_without_rows_is_an_error(tmp_path):
     path = tmp_path / "empty.parquet"
     path.write_bytes(parquet_bytes({column: pa.array([], pa.string()) for column in COLUMNS}))
     with pytest.raises(DataError, match="without rows"):
-        downloads.read_jigsaw_parquet(path)
+        comment_data.read_jigsaw_parquet(path)
 
 
 def test_without_pyarrow_the_error_says_how_to_install_it_before_downloading(hub, monkeypatch):
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
     with pytest.raises(ImportError, match="pip install"):
-        downloads.jigsaw_comments()
+        comment_data.jigsaw_comments()
     assert hub.requests == []
 
 
@@ -248,7 +254,7 @@ def test_without_pyarrow_the_error_says_how_to_install_it_before_downloading(hub
 
 
 def test_wikitext_is_cut_into_articles_at_level_one_headings_only(hub):
-    corpus = downloads.wikitext_documents("train")
+    corpus = wikitext.wikitext_documents("train")
     titles = [doc.doc_id.split(" ", 1)[1] for doc in corpus]
     assert titles == ["Alpha Article", "Beta", "Gamma", "Delta"]
     assert corpus.skipped == [f"{WIKI}/train#4 Empty Title"]
@@ -261,21 +267,21 @@ def test_wikitext_is_cut_into_articles_at_level_one_headings_only(hub):
 
 
 def test_wikitext_max_documents_fetches_only_the_files_it_needs(hub):
-    corpus = downloads.wikitext_documents("train", max_documents=2)
+    corpus = wikitext.wikitext_documents("train", max_documents=2)
     assert [doc.doc_id for doc in corpus] == [f"{WIKI}/train#1 Alpha Article", f"{WIKI}/train#2 Beta"]
-    assert hub.gets(downloads.WIKITEXT_FILES["train"][1]) == 0 and corpus.files == 1
+    assert hub.gets(wikitext.WIKITEXT_FILES["train"][1]) == 0 and corpus.files == 1
 
 
 def test_wikitext_validation_and_bad_arguments(hub):
-    assert downloads.wikitext_documents("validation").texts == ["Held out text ."]
+    assert wikitext.wikitext_documents("validation").texts == ["Held out text ."]
     with pytest.raises(ValueError, match="split must be one of"):
-        downloads.wikitext_documents("dev")
+        wikitext.wikitext_documents("dev")
     with pytest.raises(ValueError, match="at least 1"):
-        downloads.wikitext_documents(max_documents=0)
+        wikitext.wikitext_documents(max_documents=0)
 
 
 def test_wikitext_articles_keeps_text_before_the_first_heading():
-    documents = list(downloads.wikitext_articles([" Orphan line . ", " = Title = ", " Body . "], id_prefix="w"))
+    documents = list(wikitext.wikitext_articles([" Orphan line . ", " = Title = ", " Body . "], id_prefix="w"))
     assert [(doc.doc_id, doc.text) for doc in documents] == [("w#1 (untitled)", "Orphan line ."),
                                                              ("w#2 Title", "Body .")]
 
@@ -287,7 +293,7 @@ def test_wikitext_articles_keeps_text_before_the_first_heading():
 
 def test_comments_become_documents_minus_the_evaluation_ids_with_empties_listed():
     frame = pd.DataFrame({"id": ["a", "b", "c", "d"], "comment_text": ["first words", "  ", "held out", None]})
-    corpus = downloads.comments_to_corpus(frame, "made-up", exclude_ids=["c"])
+    corpus = corpora.comments_to_corpus(frame, "made-up", exclude_ids=["c"])
     assert [(doc.doc_id, doc.text) for doc in corpus] == [("a", "first words")]
     assert corpus.skipped == ["b", "d"] and corpus.source == "made-up"
 
@@ -304,61 +310,61 @@ def write_kaggle_input(folder: Path, n: int = 6) -> None:
 
 
 def test_kaggle_comment_documents_are_the_unscored_test_comments_only(tmp_path):
-    assert downloads.kaggle_comment_documents(tmp_path) is None
+    assert sources.kaggle_comment_documents(tmp_path) is None
     write_kaggle_input(tmp_path)
-    corpus = downloads.kaggle_comment_documents(tmp_path, exclude_ids={"t0003"})
+    corpus = sources.kaggle_comment_documents(tmp_path, exclude_ids={"t0003"})
     assert [doc.doc_id for doc in corpus] == ["t0001", "t0005"]  # never a train.csv row, never a scored one
     assert corpus.texts[0] == "test comment 1"
     scored = data.load_kaggle_test(tmp_path / "test.csv")
-    assert set(scored.frame["id"]).isdisjoint(doc.doc_id for doc in downloads.kaggle_comment_documents(tmp_path))
+    assert set(scored.frame["id"]).isdisjoint(doc.doc_id for doc in sources.kaggle_comment_documents(tmp_path))
 
 
 def test_kaggle_comment_documents_need_the_test_labels_to_know_what_is_unscored(tmp_path):
     write_kaggle_input(tmp_path)
     (tmp_path / "test_labels.csv").unlink()
-    assert downloads.kaggle_comment_documents(tmp_path) is None
+    assert sources.kaggle_comment_documents(tmp_path) is None
 
 
 def test_describing_the_pretraining_text_agrees_with_what_is_read(hub, kaggle_input):
-    assert "Kaggle's unscored" in corpus.describe_pretraining_corpus()
+    assert "Kaggle's unscored" in sources.describe_pretraining_corpus()
     (kaggle_input / "test_labels.csv").unlink()  # test.csv alone: no way to tell unscored rows, so not Kaggle
-    assert "Kaggle" not in corpus.describe_pretraining_corpus()
-    assert "Kaggle" not in corpus.pretraining_corpus().source
+    assert "Kaggle" not in sources.describe_pretraining_corpus()
+    assert "Kaggle" not in sources.pretraining_corpus().source
 
 
 # ---------------------------------------------------------------------------------------------------------
-# bertlib.corpus.pretraining_corpus: Kaggle's comments, else WikiText-103 from the hub, else the sample
+# bertlib.pretraining.sources.pretraining_corpus: Kaggle's comments, else WikiText-103 from the hub, else the sample
 # ---------------------------------------------------------------------------------------------------------
 
 
 @pytest.fixture
 def kaggle_input(tmp_path, monkeypatch):
-    """A stand-in for Kaggle's competition input (made-up comments) at bertlib.data.KAGGLE_DIR."""
+    """A stand-in for Kaggle's competition input (made-up comments) at bertlib.data.comments.KAGGLE_DIR."""
     folder = tmp_path / "kaggle-input"
     folder.mkdir()
     write_kaggle_input(folder, n=8)
-    monkeypatch.setattr(data, "KAGGLE_DIR", folder)
+    monkeypatch.setattr(comment_data, "KAGGLE_DIR", folder)
     return folder
 
 
 @pytest.fixture
 def no_kaggle_input(tmp_path, monkeypatch):
     """No Kaggle competition input."""
-    monkeypatch.setattr(data, "KAGGLE_DIR", tmp_path / "no-kaggle")
+    monkeypatch.setattr(comment_data, "KAGGLE_DIR", tmp_path / "no-kaggle")
 
 
 def test_auto_takes_the_kaggle_comments_first(hub, kaggle_input):
-    chosen = corpus.pretraining_corpus()
+    chosen = sources.pretraining_corpus()
     assert chosen.texts == [f"test comment {k}" for k in (1, 3, 5, 7)]
     assert "Kaggle" in chosen.source and "test.csv" in chosen.source
     assert hub.requests == []  # the hub is not asked when the competition input is there
-    assert len(corpus.pretraining_corpus("kaggle", max_documents=2)) == 2
+    assert len(sources.pretraining_corpus("kaggle", max_documents=2)) == 2
 
 
 def test_auto_takes_wikitext_without_kaggle_input(hub, no_kaggle_input, capsys):
-    chosen = corpus.pretraining_corpus(max_documents=3)
+    chosen = sources.pretraining_corpus(max_documents=3)
     assert [doc.doc_id.split(" ", 1)[1] for doc in chosen] == ["Alpha Article", "Beta", "Gamma"]
-    assert "WikiText-103" in chosen.source and downloads.WIKITEXT_REPO in chosen.source
+    assert "WikiText-103" in chosen.source and wikitext.WIKITEXT_REPO in chosen.source
     assert "pretraining text: the course's sample" not in capsys.readouterr().out
 
 
@@ -370,7 +376,7 @@ def test_auto_falls_back_to_the_sample_with_one_line_saying_why(hub, no_kaggle_i
         hub.stop()
     else:
         monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    chosen = corpus.pretraining_corpus(max_documents=5)
+    chosen = sources.pretraining_corpus(max_documents=5)
     sample = corpora_sample()
     assert chosen.texts == sample.texts[:5] and "sample corpus" in chosen.source
     said = capsys.readouterr().out.strip().splitlines()
@@ -381,33 +387,33 @@ def test_auto_falls_back_to_the_sample_with_one_line_saying_why(hub, no_kaggle_i
 
 
 def test_auto_offline_with_a_warm_cache_uses_the_cached_wikitext(hub, no_kaggle_input, monkeypatch):
-    corpus.pretraining_corpus("wikitext", max_documents=1)
+    sources.pretraining_corpus("wikitext", max_documents=1)
     hub.requests.clear()
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert "WikiText-103" in corpus.pretraining_corpus(max_documents=1).source
+    assert "WikiText-103" in sources.pretraining_corpus(max_documents=1).source
     assert hub.requests == []
 
 
 def test_a_source_asked_for_by_name_that_cannot_be_had_says_what_to_do(hub, no_kaggle_input, monkeypatch):
-    with pytest.raises(corpus.CorpusUnavailableError, match="Add Input"):
-        corpus.pretraining_corpus("kaggle")
+    with pytest.raises(sources.CorpusUnavailableError, match="Add Input"):
+        sources.pretraining_corpus("kaggle")
     monkeypatch.setenv("BERTLIB_DOWNLOADS", "0")
-    with pytest.raises(corpus.CorpusUnavailableError, match="source='sample'"):
-        corpus.pretraining_corpus("wikitext")
-    assert len(corpus.pretraining_corpus("sample")) == len(corpora_sample())
+    with pytest.raises(sources.CorpusUnavailableError, match="source='sample'"):
+        sources.pretraining_corpus("wikitext")
+    assert len(sources.pretraining_corpus("sample")) == len(corpora_sample())
     with pytest.raises(ValueError, match="source must be one of"):
-        corpus.pretraining_corpus("books")
+        sources.pretraining_corpus("books")
     with pytest.raises(ValueError, match="at least 1"):
-        corpus.pretraining_corpus("sample", max_documents=0)
+        sources.pretraining_corpus("sample", max_documents=0)
 
 
-def corpora_sample() -> corpus.Corpus:
-    """The shipped sample corpus as bertlib.corpus.load_corpus reads it."""
-    return corpus.load_corpus()
+def corpora_sample() -> corpora.Corpus:
+    """The shipped sample corpus as bertlib.data.corpus.load_corpus reads it."""
+    return corpora.load_corpus()
 
 
 # ---------------------------------------------------------------------------------------------------------
-# bertlib.data.load_comments: an explicit path, Kaggle's input, the full set from the hub, then the sample
+# bertlib.data.comments.load_comments: an explicit path, Kaggle's input, the full set from the hub, then the sample
 # ---------------------------------------------------------------------------------------------------------
 
 
@@ -415,7 +421,7 @@ def test_without_kaggle_input_the_comments_come_from_the_hub_and_say_so(hub, no_
     comments = data.load_comments()
     assert comments["id"].tolist() == synthetic_comments()["id"]
     assert comments.labels.tolist() == pd.DataFrame(synthetic_comments())[list(LABELS)].to_numpy().tolist()
-    assert "Hugging Face hub" in comments.source and downloads.JIGSAW_REPO in comments.source
+    assert "Hugging Face hub" in comments.source and comment_data.JIGSAW_REPO in comments.source
     assert "downloaded" in capsys.readouterr().out and hub.gets(JIGSAW) == 1
     assert data.load_comments(task="binary").label_names == LABELS
     assert hub.gets(JIGSAW) == 1  # the second read comes from the cache
@@ -434,7 +440,7 @@ def test_without_the_hub_the_comments_are_the_sample_and_say_why(hub, no_kaggle_
     elif why == "hub down":
         hub.stop()
     else:
-        monkeypatch.setattr(downloads, "JIGSAW_REPO", "someone/moved-away")
+        monkeypatch.setattr(comment_data, "JIGSAW_REPO", "someone/moved-away")
     comments = data.load_comments()
     assert comments.report.source == f"data/{data.SAMPLE_COMMENTS}" and len(comments) >= 300
     reason = {"downloads off": "BERTLIB_DOWNLOADS=0", "hub down": "cannot be reached", "moved": "has no"}[why]

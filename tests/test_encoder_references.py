@@ -22,7 +22,7 @@ TOL = 1e-5
 @pytest.fixture(scope="module")
 def d2l():
     """d2l.torch through bertlib's loader (d2l imports torchvision, which is not installed here)."""
-    from bertlib.d2l_loader import load_d2l
+    from bertlib.course.d2l_loader import load_d2l
 
     try:
         return load_d2l()

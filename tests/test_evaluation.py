@@ -1,9 +1,9 @@
 """Evaluation that cannot flatter: duplicates before the split, three parts, intervals, scorable data only.
 
-Covers bertlib.split (train_val_test_split, drop_duplicate_texts), bertlib.metrics.evaluate (bootstrap
-intervals, the too-few-positives rule), bertlib.split.prepare_comments (data that cannot be scored) and
-the fine-tuning run (bertlib.finetune: thresholds from validation only, early stopping, strict run.json,
-main only parsing).
+Covers bertlib.finetuning.split (train_val_test_split, drop_duplicate_texts), bertlib.finetuning.metrics.evaluate
+(bootstrap intervals, the too-few-positives rule), bertlib.finetuning.split.prepare_comments (data that cannot be
+scored) and the fine-tuning run (bertlib.finetuning.run: thresholds from validation only, early stopping, strict
+run.json, main only parsing).
 """
 
 from __future__ import annotations
@@ -20,12 +20,13 @@ from hypothesis import strategies as st
 from sklearn.metrics import average_precision_score, f1_score, precision_score, recall_score, roc_auc_score
 from test_classification import one_label_per_row, one_thread, synthetic_comments, tiny_checkpoint  # noqa: F401
 
-from bertlib import finetune
-from bertlib.cleaning import clean_text
-from bertlib.data import DataError
-from bertlib.finetune import FineTuneConfig, RunConfig, fine_tune, fit_baseline, json_safe
-from bertlib.metrics import METRICS, TOO_FEW_POSITIVES, evaluate, with_intervals
-from bertlib.split import drop_duplicate_texts, part_sizes, prepare_comments, train_val_test_split
+from bertlib.data.files import DataError
+from bertlib.finetuning import run as finetune
+from bertlib.finetuning.metrics import METRICS, TOO_FEW_POSITIVES, evaluate, with_intervals
+from bertlib.finetuning.recipe import FineTuneConfig, fine_tune, fit_baseline
+from bertlib.finetuning.run import RunConfig, json_safe
+from bertlib.finetuning.split import drop_duplicate_texts, part_sizes, prepare_comments, train_val_test_split
+from bertlib.text.cleaning import clean_text
 
 
 def reject_nan(constant: str) -> None:

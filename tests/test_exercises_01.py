@@ -11,7 +11,8 @@ import unicodedata
 import numpy as np
 import pytest
 
-from bertlib import cleaning, exercises
+from bertlib import exercises
+from bertlib.text import cleaning
 
 SEEDS = range(3)
 

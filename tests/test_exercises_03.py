@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from bertlib import exercises
-from bertlib.embeddings import sinusoidal_table
+from bertlib.model.embeddings import sinusoidal_table
 
 # --------------------------------------------------------------------------------------------------
 # 03.frequencies

@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertlib import BertConfig, exercises
-from bertlib.attention import MultiHeadSelfAttention, padding_mask
-from bertlib.model import FeedForward
+from bertlib.model.attention import MultiHeadSelfAttention, padding_mask
+from bertlib.model.bert import FeedForward
 
 # --------------------------------------------------------------------------------------------------
 # 05.gelu

@@ -1,4 +1,4 @@
-"""bertlib.hf: real pretrained weights offline, the round trip through transformers, and clear errors."""
+"""bertlib.model.hf: real pretrained weights offline, the round trip through transformers, and clear errors."""
 
 from __future__ import annotations
 

@@ -91,10 +91,11 @@ def test_a_wheel_carries_the_sample_and_the_notebooks_and_runs_from_another_fold
     assert installed.returncode == 0, installed.stderr
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    probe = ("import json; from bertlib import corpus, course, data; comments = data.load_comments(); "
+    probe = ("import json; from bertlib import course, data; from bertlib.course import runner; "
+             "comments = data.load_comments(); "
              "print(json.dumps({'package': str(course.PACKAGE), 'checkout': course.IN_CHECKOUT, "
-             "'data': str(data.sample_dir()), 'rows': len(comments), 'corpus': len(corpus.load_corpus()), "
-             "'notebooks': [p.name for p in course.notebook_paths() + course.notebook_paths(solutions=True)], "
+             "'data': str(data.sample_dir()), 'rows': len(comments), 'corpus': len(data.load_corpus()), "
+             "'notebooks': [p.name for p in runner.notebook_paths() + runner.notebook_paths(solutions=True)], "
              "'artifacts': str(course.artifacts_dir())}))")
     result = subprocess.run([python, "-c", probe], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

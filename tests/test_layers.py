@@ -1,4 +1,9 @@
-"""Which parts of bertlib work before torch is installed, and which modules the loop and the masking lean on."""
+"""bertlib's layers: imports point one way, no module imports itself round a cycle, and what works without torch.
+
+Every import is read from the source (ast), those inside functions too, so a cycle hidden in a function body
+counts. `from bertlib.pretraining import MaskingCollator` is followed through the package's lazy exports to the
+module that defines the name.
+"""
 
 from __future__ import annotations
 
@@ -11,13 +16,133 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "bertlib"
 
+BELOW = {
+    "basics": set(),
+    "text": {"basics"},
+    "model": {"basics"},
+    "training": {"basics"},
+    "data": {"basics", "text"},
+    "pretraining": {"basics", "text", "model", "training", "data"},
+    "finetuning": {"basics", "text", "model", "training", "data"},
+    "course": {"basics", "text", "model", "training", "data", "pretraining", "finetuning"},
+    "exercises": {"basics", "text", "model", "training", "data", "pretraining", "finetuning", "course"},
+    "pretrain": {"pretraining"},
+    "finetune": {"finetuning"},
+    "predict": {"finetuning"},
+}
+"""The layers each layer may import: a subpackage, or a top-level module (basics, the three thin entries).
+
+course, the notebooks' plumbing, sits above every library layer; exercises sits above course, since the
+learner's kept pieces go to the course's artifacts folder."""
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def lazy_homes(package: str) -> dict[str, str]:
+    """name -> module for the names a package's __init__ gives through `lazy_exports(__name__, {...})`."""
+    tree = ast.parse(MODULES[package].read_text(encoding="utf-8"))
+    homes = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "lazy_exports":
+            for key, names in zip(node.args[1].keys, node.args[1].values, strict=True):
+                homes.update({name.value: f"{package}.{key.value}" for name in names.elts})
+    return homes
+
+
+def resolve(module: str, name: str | None) -> str:
+    """The bertlib module that `from module import name` (or `import module`) reaches."""
+    if name is not None and f"{module}.{name}" in MODULES:
+        return f"{module}.{name}"
+    home = lazy_homes(module).get(name) if name is not None and module in MODULES else None
+    return module if home is None else resolve(home, name if f"{home}.{name}" in MODULES else None)
+
+
+def imports_of(module: str) -> set[str]:
+    """Every bertlib module `module` imports, anywhere in its file."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, base] if base else parent)
+            if base == "bertlib" or base.startswith("bertlib."):
+                found |= {resolve(base, alias.name) for alias in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("bertlib.")}
+    return {target for target in found if target != module and target in MODULES}
+
+
+GRAPH = {module: imports_of(module) for module in MODULES}
+
+
+def layer(module: str) -> str | None:
+    """The subpackage or top-level module a module belongs to (None for bertlib's own __init__)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def test_every_layer_of_bertlib_is_named_here():
+    assert {layer(module) for module in MODULES} - {None} == set(BELOW)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_point_down_the_layers(module):
+    upward = sorted(target for target in GRAPH[module]
+                    if layer(module) is not None and layer(target) not in {None, layer(module), *BELOW[layer(module)]})
+    assert not upward, f"{module} imports {upward}: {layer(module)} may import only {sorted(BELOW[layer(module)])}"
+
+
+def test_no_import_cycles():
+    """Tarjan's strongly connected components: any component of more than one module is a cycle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in GRAPH[module]:
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = []
+            while not component or component[-1] != module:
+                component.append(stack.pop())
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in sorted(GRAPH):
+        if module not in index:
+            visit(module)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_the_walk_sees_imports_inside_functions_and_through_lazy_exports():
+    assert "bertlib.model.hf" in GRAPH["bertlib.finetuning.classifier"]  # imported inside methods
+    assert "bertlib.data.comments" in GRAPH["bertlib.course.session"]  # inside data_summary
+    assert resolve("bertlib.pretraining", "MaskingCollator") == "bertlib.pretraining.mlm"
+    assert resolve("bertlib", "hf") == "bertlib.model.hf"
+
 
 def test_the_runner_the_setup_cell_and_the_file_writer_import_no_torch():
     code = ("import sys, contextlib, io\n"
-            "import bertlib.basics, bertlib.course, bertlib.setup_cell, bertlib.wordpiece\n"
+            "import bertlib.basics, bertlib.course.runner, bertlib.course.setup_cell, bertlib.text.wordpiece\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             "    try:\n"
-            "        bertlib.course.main(['--help'])\n"
+            "        bertlib.course.runner.main(['--help'])\n"
             "    except SystemExit:\n"
             "        pass\n"
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
@@ -25,11 +150,9 @@ def test_the_runner_the_setup_cell_and_the_file_writer_import_no_torch():
     assert result.stdout.strip() == "[]", result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("module", ["mlm.py", "trainer.py", "yardsticks.py", "checkpoint.py", "basics.py"])
-def test_the_loop_and_the_masking_do_not_import_the_model_for_a_constant(module):
-    tree = ast.parse((PACKAGE / module).read_text(encoding="utf-8"))
-    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level == 1}
-    assert "model" not in imported, f"bertlib/{module} imports bertlib.model"
+@pytest.mark.parametrize("module", ["bertlib.pretraining.mlm", "bertlib.pretraining.yardsticks"])
+def test_the_masking_and_its_yardsticks_do_not_import_the_model_for_a_constant(module):
+    assert not {target for target in GRAPH[module] if target.startswith("bertlib.model")}, GRAPH[module]
 
 
 @pytest.mark.parametrize("checker", sorted(path.name for path in (PACKAGE / "exercises").glob("nb*.py")))

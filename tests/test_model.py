@@ -10,8 +10,8 @@ import torch
 import transformers
 
 from bertlib import BertConfig, BertForPreTraining, BertForSequenceClassification, BertModel, hf
-from bertlib.attention import eager_attention, padding_mask
-from bertlib.embeddings import sinusoidal_table
+from bertlib.model.attention import eager_attention, padding_mask
+from bertlib.model.embeddings import sinusoidal_table
 
 TOL = 1e-5
 

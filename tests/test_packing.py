@@ -1,4 +1,4 @@
-"""bertlib.packing: documents as one stream cut into [CLS] ... [SEP] windows, and the MLM-only loss they give."""
+"""bertlib.pretraining.packing: documents as one stream cut into [CLS] ... [SEP] windows, and their MLM-only loss."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from bertlib import BertConfig, BertForPreTraining
-from bertlib.mlm import MaskingCollator
-from bertlib.packing import PackedDataset, packed_windows
-from bertlib.wordpiece import WordPieceTokenizer
+from bertlib.pretraining.mlm import MaskingCollator
+from bertlib.pretraining.packing import PackedDataset, packed_windows
+from bertlib.text.wordpiece import WordPieceTokenizer
 
 CLS, SEP = 2, 3
 # Three documents of two sentences each; token ids 10+ so that none is special.

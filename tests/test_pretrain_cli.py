@@ -7,11 +7,13 @@ import json
 import pandas as pd
 import pytest
 
-from bertlib import pretrain, pretraining_run, time_budget
-from bertlib.checkpoint import list_checkpoints
-from bertlib.history import History
-from bertlib.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
-from bertlib.wordpiece_trainer import train_wordpiece
+from bertlib.pretraining import cli as pretrain
+from bertlib.pretraining import run as pretraining_run
+from bertlib.text.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
+from bertlib.text.wordpiece_trainer import train_wordpiece
+from bertlib.training import time_budget
+from bertlib.training.checkpoint import list_checkpoints
+from bertlib.training.history import History
 
 TOPICS = ["river", "garden", "engine", "market", "winter", "library", "harbor", "forest"]
 

@@ -1,4 +1,4 @@
-"""bertlib.sentences, bertlib.nsp and bertlib.mlm: sentence splitting, NSP pairs (Google's recipe), MLM masking."""
+"""Sentences, NSP pairs and MLM masking (bertlib.text.sentences, bertlib.pretraining.nsp, .mlm), as Google does."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from bertlib import BertConfig, BertForPreTraining
-from bertlib.data import sample_dir
-from bertlib.mlm import MaskingCollator, fill_mask, pretraining_metrics
-from bertlib.model import IGNORE_INDEX
-from bertlib.nsp import (
+from bertlib.basics import IGNORE_INDEX
+from bertlib.data.files import sample_dir
+from bertlib.pretraining.mlm import MaskingCollator, fill_mask, pretraining_metrics
+from bertlib.pretraining.nsp import (
     PretrainingDataset,
     PretrainingInstance,
     create_instances,
@@ -20,10 +20,10 @@ from bertlib.nsp import (
     tokenize_documents,
     truncate_pair,
 )
-from bertlib.sentences import split_sentences
-from bertlib.trainer import Trainer
-from bertlib.training_config import TrainingConfig
-from bertlib.wordpiece import SPECIAL_TOKENS, BasicTokenizer, WordPieceTokenizer
+from bertlib.text.sentences import split_sentences
+from bertlib.text.wordpiece import SPECIAL_TOKENS, BasicTokenizer, WordPieceTokenizer
+from bertlib.training.config import TrainingConfig
+from bertlib.training.trainer import Trainer
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""bertlib.sampling: random and length-grouped batches, sharded over processes without padding or repeats."""
+"""bertlib.training.sampling: random and length-grouped batches, sharded over processes without padding or repeats."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertlib.sampling import BatchSampler, LengthGroupedBatchSampler, RandomBatchSampler, sequential_batches
+from bertlib.training.sampling import BatchSampler, LengthGroupedBatchSampler, RandomBatchSampler, sequential_batches
 
 
 def epoch_batches(sampler, epoch: int = 0) -> list[list[int]]:

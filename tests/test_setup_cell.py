@@ -21,7 +21,7 @@ from typing import Any
 import nbformat
 import pytest
 
-from bertlib import course, setup_cell
+from bertlib.course import runner, setup_cell
 
 ROOT = Path(__file__).resolve().parent.parent
 UNREACHABLE = "https://github.com/bert-from-scratch/no-such-course"
@@ -201,11 +201,11 @@ def test_readme_gives_the_repository_address_of_the_setting():
 def test_every_notebook_opens_with_the_canonical_setup_cell():
     stale = [path.relative_to(ROOT).as_posix() for path in setup_cell.notebooks_to_set_up()
              if setup_cell.setup_cell_of(nbformat.read(path, as_version=4)).source != setup_cell.cell_source()]
-    assert not stale, f"run python -m bertlib.setup_cell --write-notebooks; stale: {stale}"
+    assert not stale, f"run python -m bertlib.course.setup_cell --write-notebooks; stale: {stale}"
 
 
 def test_write_notebooks_replaces_only_the_setup_cell(tmp_path):
-    original = course.notebook_paths()[0]
+    original = runner.notebook_paths()[0]
     copy = tmp_path / original.name
     shutil.copy(original, copy)
     before = nbformat.read(copy, as_version=4)
@@ -223,7 +223,7 @@ def test_write_notebooks_replaces_only_the_setup_cell(tmp_path):
 
 
 def test_write_notebooks_that_fails_half_way_leaves_the_notebook_whole_and_nothing_else(tmp_path, monkeypatch):
-    original = course.notebook_paths()[0]
+    original = runner.notebook_paths()[0]
     copy = tmp_path / original.name
     shutil.copy(original, copy)
     before = copy.read_bytes()

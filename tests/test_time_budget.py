@@ -1,4 +1,4 @@
-"""bertlib.time_budget: the step count follows the probe's timing; the probe leaves the model and the RNGs alone."""
+"""bertlib.training.time_budget: the step count follows the probe's timing; the probe leaves model and RNGs alone."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 import torch
 from ddp_worker import classification_data, classifier, stack
 
-from bertlib import time_budget
-from bertlib.time_budget import StepBudget, fit_steps_to_budget, steps_in_budget, time_steps
-from bertlib.training_config import TrainingConfig
+from bertlib.training import time_budget
+from bertlib.training.config import TrainingConfig
+from bertlib.training.time_budget import StepBudget, fit_steps_to_budget, steps_in_budget, time_steps
 
 
 def config(**changes) -> TrainingConfig:

@@ -1,4 +1,4 @@
-"""bertlib.trainer under faults and changed settings: nothing lost, every refusal clear, losses normalised right."""
+"""The Trainer under faults and changed settings: nothing lost, every refusal clear, losses normalised right."""
 
 from __future__ import annotations
 
@@ -19,12 +19,12 @@ from ddp_worker import (
     stack,
 )
 
-from bertlib.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint
-from bertlib.run_lock import RunLockedError
-from bertlib.sampling import LengthGroupedBatchSampler
-from bertlib.schedule import linear_warmup_decay
-from bertlib.trainer import NonFiniteLossError, Trainer
-from bertlib.training_config import TrainingConfig
+from bertlib.training.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint
+from bertlib.training.config import TrainingConfig
+from bertlib.training.lock import RunLockedError
+from bertlib.training.sampling import LengthGroupedBatchSampler
+from bertlib.training.schedule import linear_warmup_decay
+from bertlib.training.trainer import NonFiniteLossError, Trainer
 
 
 @pytest.fixture(autouse=True, scope="module")

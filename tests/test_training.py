@@ -1,4 +1,4 @@
-"""bertlib.trainer and its parts: groups, schedules, the loop, accumulation, exact resuming, checkpoints, DDP."""
+"""The Trainer and its parts: groups, schedules, the loop, accumulation, exact resuming, checkpoints, DDP."""
 
 from __future__ import annotations
 
@@ -23,14 +23,14 @@ from ddp_worker import (
 )
 from torch import nn
 
-from bertlib.checkpoint import latest_checkpoint, load_checkpoint
-from bertlib.history import History
-from bertlib.mlm import pretraining_metrics
-from bertlib.optimizer import param_groups
-from bertlib.precision import resolve_precision
-from bertlib.schedule import linear_warmup_decay, noam_schedule
-from bertlib.trainer import Trainer
-from bertlib.training_config import TrainingConfig
+from bertlib.pretraining.mlm import pretraining_metrics
+from bertlib.training.checkpoint import latest_checkpoint, load_checkpoint
+from bertlib.training.config import TrainingConfig
+from bertlib.training.history import History
+from bertlib.training.optimizer import param_groups
+from bertlib.training.precision import resolve_precision
+from bertlib.training.schedule import linear_warmup_decay, noam_schedule
+from bertlib.training.trainer import Trainer
 
 REPO = Path(__file__).resolve().parent.parent
 

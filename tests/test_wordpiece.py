@@ -1,4 +1,4 @@
-"""bertlib.wordpiece against transformers.BertTokenizerFast, token for token; bertlib.wordpiece_trainer by hand."""
+"""bertlib.text.wordpiece against transformers.BertTokenizerFast, token for token; its trainer by hand."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from tokenizers import normalizers, pre_tokenizers
 from transformers import BertTokenizerFast
 
-from bertlib import corpus, data
-from bertlib.wordpiece import SPECIAL_TOKENS, BasicTokenizer, WordPieceTokenizer, truncate_longest_first
-from bertlib.wordpiece_trainer import PairScore, WordPieceTrainer, train_wordpiece
+from bertlib import data
+from bertlib.text.wordpiece import SPECIAL_TOKENS, BasicTokenizer, WordPieceTokenizer, truncate_longest_first
+from bertlib.text.wordpiece_trainer import PairScore, WordPieceTrainer, train_wordpiece
 
 REAL_COMMENTS = Path(__file__).resolve().parents[2] / "shared" / "data" / "jigsaw_binary_dev.csv"
 
@@ -77,7 +77,7 @@ def assert_same_ids(tok: WordPieceTokenizer, reference: BertTokenizerFast, texts
 # --- the encoder against BertTokenizerFast on the real bert-base-uncased vocab ---------------------
 
 def test_sample_corpus_and_comments_match_reference(tok, reference):
-    documents = corpus.load_corpus().texts
+    documents = data.load_corpus().texts
     comments = data.load_comments().texts
     assert len(documents) > 10 and len(comments) > 100
     assert_same_ids(tok, reference, documents + comments)
@@ -272,7 +272,7 @@ def test_real_vocab_round_trips_through_save(tok, tmp_path):
 
 
 def test_save_vocab_that_fails_half_way_leaves_the_old_file_whole(tok, tmp_path, disk_full_halfway):
-    from bertlib.wordpiece import save_vocab
+    from bertlib.text.wordpiece import save_vocab
 
     path = tok.save_vocab(tmp_path)
     before = path.read_bytes()
@@ -325,7 +325,7 @@ def test_frequency_score_merges_the_most_frequent_pair_first():
 
 
 def test_frequency_score_keeps_common_words_whole_where_likelihood_splits_them():
-    documents = corpus.load_corpus().texts
+    documents = data.load_corpus().texts
     likelihood = WordPieceTokenizer(train_wordpiece(documents, vocab_size=2000, show_progress=False))
     frequency = WordPieceTokenizer(train_wordpiece(documents, vocab_size=2000, show_progress=False,
                                                    score="frequency"))
@@ -386,7 +386,7 @@ def test_incremental_training_equals_literal_recount(counts, extra, min_frequenc
 
 
 def test_trained_vocab_loads_in_bert_tokenizer_fast_and_encodes_identically(tmp_path):
-    documents = corpus.load_corpus().texts
+    documents = data.load_corpus().texts
     vocab = train_wordpiece(documents[:6], vocab_size=600, min_frequency=2, show_progress=False)
     assert len(vocab) == 600 and vocab[:5] == list(SPECIAL_TOKENS) and len(set(vocab)) == 600
     ours = WordPieceTokenizer(vocab)

@@ -1,4 +1,4 @@
-"""bertlib.yardsticks: the guessers that ignore context, and scores on the same masks as the model's."""
+"""bertlib.pretraining.yardsticks: the guessers that ignore context, and scores on the same masks as the model's."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from bertlib.mlm import MaskingCollator
-from bertlib.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
-from bertlib.yardsticks import Guessers, score_masked_positions, wilson_interval
+from bertlib.pretraining.mlm import MaskingCollator
+from bertlib.pretraining.yardsticks import Guessers, score_masked_positions, wilson_interval
+from bertlib.text.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
 
 WORDS = ["red", "green", "blue", "black"]
 

@@ -16,9 +16,9 @@ import transformers
 from torch import nn
 
 from bertlib import BertConfig, BertForPreTraining, BertModel, exercises, hf
-from bertlib.attention import MultiHeadSelfAttention
 from bertlib.exercises import references
 from bertlib.exercises.your_bert import PIECES, with_encoder
+from bertlib.model.attention import MultiHeadSelfAttention
 
 SENTENCES = ["He sat on the river bank and watched the water.", "She paid the cheque in at the bank.", "A short one."]
 
@@ -254,7 +254,7 @@ def test_kept_pieces_come_back_from_their_files_and_assemble_the_same_bert(tmp_p
     source = (tmp_path / "05.encoder_layer.py").read_text()
     assert "from your_bert_" not in source
     for needed in ("class FFN", "class Linear", "def layer_norm", "def multi_head_attention", "def feed_forward",
-                   "def gelu", "from bertlib.attention import MultiHeadSelfAttention", "import torch"):
+                   "def gelu", "from bertlib.model.attention import MultiHeadSelfAttention", "import torch"):
         assert needed in source, needed
     loaded = exercises.kept(tmp_path)
     assert sorted(loaded) == sorted(PIECES)

@@ -29,11 +29,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bertlib.config import BertConfig
-from bertlib.embeddings import BertEmbeddings
-from bertlib.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
-
-from . import Fail, Mistakes, as_int, call, describe, diagnose, exercise, expect_equal
+from bertlib.exercises.checking import Fail, Mistakes, as_int, call, describe, diagnose, exercise, expect_equal
+from bertlib.model.config import BertConfig
+from bertlib.model.embeddings import BertEmbeddings
+from bertlib.text.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
 
 # --------------------------------------------------------------------------------------------------
 # 00.input_layout

@@ -1,17 +1,17 @@
 """Exercises of notebook 01: cleaning web text without destroying what BERT needs.
 
-The learner writes four cleaning steps of bertlib.cleaning: removing invisible characters while keeping, for
+The learner writes four cleaning steps of bertlib.text.cleaning: removing invisible characters while keeping, for
 each kept character, its index in the raw text (the offsets that point a finding in the cleaned text back at
 the comment as written), stripping HTML, replacing URLs, e-mail and IP addresses by a word while keeping the
 sentence's punctuation, and normalising whitespace; and answers "why does stopword removal hurt BERT?" with a
-function that finds the sentences a stopword list makes identical. The references are bertlib.cleaning's
+function that finds the sentences a stopword list makes identical. The references are bertlib.text.cleaning's
 remove_invisible (the offsets: the indices of the characters cleaning.is_invisible keeps), strip_html,
 replace_urls / replace_emails / replace_ips and normalise_whitespace; the stopword answer is checked against
 the definition in its statement (bertlib removes no words, so it has no such function).
 
 Conventions accepted: for the HTML and link steps, where a replacement leaves spaces is free (bertlib pads
 "link" with spaces, "see link." is as good): what is compared is what BERT's BasicTokenizer reads, the
-words and punctuation in order (bertlib.wordpiece.BasicTokenizer, case and accents kept). Invisible
+words and punctuation in order (bertlib.text.wordpiece.BasicTokenizer, case and accents kept). Invisible
 characters and whitespace are compared character by character; the offsets as a list, a tuple or an integer
 array. Stopword groups may come in any order.
 
@@ -31,10 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from bertlib import cleaning
-from bertlib.wordpiece import BasicTokenizer
-
-from . import Fail, Mistakes, call, describe, diagnose, exercise, expect_equal
+from bertlib.exercises.checking import Fail, Mistakes, call, describe, diagnose, exercise, expect_equal
+from bertlib.text import cleaning
+from bertlib.text.wordpiece import BasicTokenizer
 
 _READER = BasicTokenizer(lowercase=False, strip_accents=False)
 

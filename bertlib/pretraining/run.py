@@ -1,0 +1,371 @@
+"""What `python -m bertlib.pretrain` does: corpus -> vocabulary -> windows or pairs -> Trainer -> exported model.
+
+    from bertlib.pretraining.run import run_pretraining
+    run_pretraining(args)     # an argparse.Namespace of bertlib.pretrain's options
+
+Everything a run can be refused for is checked before the first step: the output folder (a file in the way,
+not writable, another live run holding its lock), a resume whose data, model or optimizer arguments differ
+from the ones in OUT/run.json (each named by its flag), a vocabulary with nothing but special tokens, and a
+corpus too small to fill one batch. With --minutes, a timing probe (bertlib.training.time_budget) fixes the step count
+once, before the Trainer is built, so the learning-rate schedule never changes during the run; a resume keeps
+the count OUT/run.json records. OUT/run.json is written only once the Trainer has accepted the newest
+checkpoint (or found none), so a refused run never replaces the record of the run the folder holds. A
+non-finite loss stops the run without exporting the model; Ctrl-C saves a checkpoint and exits with status 130.
+
+RECIPES holds the defaults of the two recipes (bertlib.pretrain's docstring says what each is and why);
+apply_recipe fills the flags a user left unset.
+
+Leaves out: the paper's second phase at sequence 512 (this always starts a new model or resumes its own run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+from bertlib.model.bert import BertForPreTraining
+from bertlib.model.config import BertConfig
+from bertlib.pretraining.mlm import MaskingCollator, pretraining_metrics
+from bertlib.pretraining.nsp import PretrainingDataset, create_instances_from_ids, tokenize_documents
+from bertlib.pretraining.packing import PackedDataset, packed_windows
+from bertlib.text.wordpiece import WordPieceTokenizer
+from bertlib.text.wordpiece_trainer import train_wordpiece
+from bertlib.training.checkpoint import DiskFullError, OutDirError, atomic_write, check_out_dir, latest_checkpoint
+from bertlib.training.config import TrainingConfig
+from bertlib.training.history import History
+from bertlib.training.lock import RunLock, RunLockedError
+from bertlib.training.time_budget import fit_steps_to_budget
+from bertlib.training.trainer import NonFiniteLossError, Trainer
+
+PROG = "python -m bertlib.pretrain"
+DEFAULT_STEPS = 10_000  # --steps without --minutes
+PROBE_STEPS = 5  # steps a --minutes probe times, after one warm-up step
+# Arguments that decide the data, the model or the optimizer's state: a resumed run must keep them.
+FIXED_PRETRAIN_ARGS = ("config", "corpus", "max_documents", "vocab", "vocab_score", "objective", "seq_len",
+                   "batch_size", "mlm_probability", "max_predictions", "whole_word", "dupe_factor", "short_seq_prob",
+                   "eval_fraction", "seed", "vocab_size", "attn", "dropout", "lr", "warmup_ratio")
+
+# The defaults of the flags a recipe sets. "cpu" is notebook 06's CPU run: on a small corpus and a few CPU
+# minutes, a tiny model on short packed windows with a large learning rate and no dropout leaves the
+# token-frequency plateau (benchmarks/README.md measures the alternatives). "gpu" is BERT's own recipe
+# (Devlin et al. 2019, appendix A.2) at a course size: sentence pairs, MLM + NSP, lr 1e-4, dropout 0.1.
+RECIPES: dict[str, dict[str, Any]] = {
+    "cpu": dict(config="tiny", vocab_size=4000, objective="mlm", batch_size=256, seq_len=16, lr=2e-3,
+                warmup_ratio=0.05, dropout=0.0),
+    "gpu": dict(config="mini", vocab_size=8000, objective="mlm+nsp", batch_size=32, seq_len=128, lr=1e-4,
+                warmup_ratio=0.1, dropout=0.1),
+}
+# What a run.json written before these flags existed ran with.
+BEFORE_RECIPES = {"objective": "mlm+nsp", "vocab_score": "likelihood"}
+
+
+def apply_recipe(args: argparse.Namespace) -> str:
+    """Fill the flags left unset from --recipe (by default the device's: cpu on a CPU, else gpu); a line to print."""
+    if args.recipe is None:
+        from bertlib.training.devices import pick_device
+
+        args.recipe = "cpu" if pick_device(args.device).type == "cpu" else "gpu"
+    chosen = {key: value for key, value in RECIPES[args.recipe].items() if getattr(args, key) is None}
+    for key, value in chosen.items():
+        setattr(args, key, value)
+    given = [key for key in RECIPES[args.recipe] if key not in chosen]
+    return (f"recipe {args.recipe}: " + ", ".join(f"{_flag(k)} {v}" for k, v in RECIPES[args.recipe].items()
+                                                if k in chosen)
+            + (f" (given: {', '.join(_flag(k) for k in given)})" if given else ""))
+
+
+class PretrainError(ValueError):
+    """A run refused before training, with the flag to change."""
+
+
+def _flag(name: str) -> str:
+    """The command-line flag of an argument name."""
+    return "--" + name.replace("_", "-")
+
+
+def check_resume(out: Path, args: dict[str, Any]) -> list[str]:
+    """Refuse to resume a run whose fixed arguments differ from out/run.json; return notes on allowed changes."""
+    saved_path = out / "run.json"
+    if latest_checkpoint(out) is None or not saved_path.is_file():
+        return []
+    try:
+        saved = json.loads(saved_path.read_text(encoding="utf-8"))["args"]
+    except (OSError, ValueError, KeyError) as error:
+        raise PretrainError(f"{saved_path} cannot be read ({error}); it records the run that {out} holds: "
+                            "restore it, or use another --out") from None
+    saved = {**BEFORE_RECIPES, **saved}
+    unused = ("vocab_size", "vocab_score") if args.get("vocab") else ()  # a given --vocab is not trained here
+    changed = [f"{_flag(k)} was {saved.get(k)!r}, now {args[k]!r}" for k in FIXED_PRETRAIN_ARGS
+               if k not in unused and saved.get(k) != args[k]]
+    if changed:
+        raise PretrainError(f"{out} holds a run with other settings; use another --out or the same arguments:\n  "
+                            + "\n  ".join(changed))
+    if saved.get("steps") != args["steps"]:
+        return [f"--steps was {saved.get('steps')}, now {args['steps']}: the learning rate now decays to 0 at "
+                f"step {args['steps']}"]
+    return []
+
+
+def recorded_steps(out: Path) -> int | None:
+    """The step count out/run.json records for the run a checkpoint in `out` belongs to (None: nothing to resume)."""
+    path = out / "run.json"
+    if latest_checkpoint(out) is None or not path.is_file():
+        return None
+    try:
+        steps = json.loads(path.read_text(encoding="utf-8"))["args"]["steps"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # check_resume says what is wrong with it
+    return steps if isinstance(steps, int) and steps >= 1 else None
+
+
+def resolve_steps(args: argparse.Namespace, out: Path) -> str | None:
+    """Settle args.steps where no probe is needed (no --minutes, or a resume); a line to print, if any.
+
+    Without --minutes: --steps or DEFAULT_STEPS. With --minutes and a run to resume: the count run.json
+    records, capped by --steps when given. With --minutes on a fresh run args.steps stays as given (None
+    or the cap) and _train_and_export fixes it from the probe.
+    """
+    if args.minutes is None:
+        if args.steps is None:
+            args.steps = DEFAULT_STEPS
+        return None
+    recorded = recorded_steps(out)
+    if recorded is None:
+        return None
+    args.steps = recorded if args.steps is None else min(recorded, args.steps)
+    capped = f", capped by --steps at {args.steps:,}" if args.steps != recorded else ""
+    return (f"--minutes {args.minutes:g}: resuming, so the run keeps the {recorded:,} steps that "
+            f"{out / 'run.json'} records{capped} (no new timing probe)")
+
+
+def load_texts(corpus: str, max_documents: int | None) -> tuple[list[str], str]:
+    """The documents' texts and a line saying what they are: --corpus is a path, or a source of
+    bertlib.pretraining.sources.pretraining_corpus (auto, sample, wikitext, kaggle) when no file or folder has
+    that name."""
+    from bertlib.data.corpus import load_corpus
+    from bertlib.pretraining.sources import PRETRAINING_SOURCES, CorpusUnavailableError, pretraining_corpus
+
+    if corpus in PRETRAINING_SOURCES and not Path(corpus).exists():
+        try:
+            documents = pretraining_corpus(corpus, max_documents=max_documents)
+        except CorpusUnavailableError as error:
+            raise PretrainError(f"--corpus {corpus}: {error}") from None
+    else:
+        documents = load_corpus(corpus)
+    return documents.texts[:max_documents], documents.source
+
+
+def run_tokenizer(vocab: str | None, texts: list[str], vocab_size: int, out: Path, is_main: bool,
+                   score: str = "frequency", show_progress: bool = True) -> tuple[WordPieceTokenizer, Path]:
+    """The tokenizer of --vocab, or of out/vocab.txt, trained on the corpus the first time.
+
+    Under torchrun every process trains the same (deterministic) vocabulary and only rank 0 writes it.
+    """
+    if vocab is not None:
+        return WordPieceTokenizer.from_vocab_file(vocab), Path(vocab)
+    path = out / "vocab.txt"
+    if path.is_file():
+        return WordPieceTokenizer.from_vocab_file(path), path
+    if is_main:
+        print(f"no --vocab: training a {vocab_size}-token WordPiece vocabulary ({score} merges) on the corpus "
+              f"-> {path}")
+    tokenizer = WordPieceTokenizer(train_wordpiece(texts, vocab_size, show_progress=show_progress, score=score))
+    if is_main:
+        atomic_write(path, tokenizer.save_vocab)
+    return tokenizer, path
+
+
+def check_vocabulary(tokenizer: WordPieceTokenizer, vocab_path: Path, trained_here: bool) -> None:
+    """Refuse a vocabulary without a single ordinary token: there would be nothing to predict."""
+    if all(token.startswith("[") and token.endswith("]") for token in tokenizer.vocab):
+        fix = ("a larger --vocab-size (and delete it, so that a new one is trained)" if trained_here
+               else "--vocab a vocabulary with word pieces, or leave --vocab out to train one on the corpus")
+        raise PretrainError(f"{vocab_path} holds only special tokens ({len(tokenizer.vocab)} entries such as [PAD], "
+                            f"[MASK]): there is nothing for MLM to predict; use {fix}")
+
+
+def build_datasets(texts: list[str], tokenizer: WordPieceTokenizer, args: argparse.Namespace,
+                   show_progress: bool = True) -> tuple[Dataset, Dataset | None, list[int]]:
+    """The training and held-out data (every process builds the same) and the held-out documents' indices in
+    `texts`: packed windows for --objective mlm, sentence pairs for mlm+nsp. Held-out documents never reach
+    training."""
+    tokenized, kept = tokenize_documents(texts, tokenizer, show_progress)
+    nsp = args.objective == "mlm+nsp"
+    if len(tokenized) < (2 if nsp else 1):
+        raise PretrainError(f"{args.corpus} has {len(tokenized)} document(s) with text after tokenizing: "
+                            + ("NSP needs at least two" if nsp else "nothing to train on") + "; give --corpus more")
+    held_out = round(len(tokenized) * args.eval_fraction)
+    if 0 < held_out < 2 and nsp:
+        held_out = 2 if len(tokenized) >= 6 else 0  # NotNext needs two documents on each side
+    held_out = min(held_out, len(tokenized) - 1)
+    order = torch.randperm(len(tokenized), generator=torch.Generator().manual_seed(args.seed)).tolist()
+
+    def dataset(indices: list[int], passes: int, seed: int) -> Dataset:
+        documents = [tokenized[i] for i in indices]
+        if nsp:
+            return PretrainingDataset(create_instances_from_ids(documents, args.seq_len, args.short_seq_prob,
+                                                                passes, seed=seed))
+        return PackedDataset(packed_windows(documents, args.seq_len, tokenizer.cls_id, tokenizer.sep_id, passes,
+                                            seed=seed))
+
+    evaluation = dataset(order[:held_out], 1, args.seed + 1) if held_out else None
+    return dataset(order[held_out:], args.dupe_factor, args.seed), evaluation, [kept[i] for i in order[:held_out]]
+
+
+def check_batches(train: Dataset, args: argparse.Namespace, world_size: int) -> None:
+    """Refuse a corpus whose training pairs cannot fill one batch in every process."""
+    if len(train) < args.batch_size * world_size:
+        processes = f" x {world_size} processes" if world_size > 1 else ""
+        unit = "sentence pair(s)" if args.objective == "mlm+nsp" else "window(s)"
+        raise PretrainError(f"{args.corpus} gives {len(train)} training {unit}, fewer than one batch of "
+                            f"--batch-size {args.batch_size}{processes}: use a smaller --batch-size, a larger "
+                            f"--dupe-factor (now {args.dupe_factor}), or a bigger --corpus")
+
+
+def run_pretraining(args: argparse.Namespace) -> int:
+    """Check everything, build the pairs, train (resuming from --out), export; returns the exit status."""
+    rank = int(os.environ.get("RANK", "0"))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    is_main = rank == 0
+    out = Path(args.out)
+    lock = RunLock(out)
+    try:
+        if is_main:
+            check_out_dir(out)
+            lock.acquire()
+        said = resolve_steps(args, out)
+        if said is not None and is_main:
+            print(said)
+        settings = dict(vars(args))
+        for note in (check_resume(out, settings) if settings["steps"] is not None else []):
+            print(f"{PROG}: {note}", file=sys.stderr)
+        return _train_and_export(args, out, settings, is_main, world_size)
+    except (OutDirError, RunLockedError, PretrainError, NonFiniteLossError, DiskFullError) as error:
+        raise SystemExit(f"{PROG}: {error}") from None
+    except KeyboardInterrupt as interrupt:
+        print(f"\n{PROG}: {interrupt or 'interrupted'}", file=sys.stderr)
+        return 130
+    finally:
+        lock.release()
+        if args.minutes is not None and world_size > 1:
+            import torch.distributed as dist
+
+            if dist.is_initialized():  # joined by the timing probe (bertlib.training.time_budget); no Trainer owns it
+                dist.destroy_process_group()
+
+
+def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, Any], is_main: bool,
+                      world_size: int) -> int:
+    """The run itself, once the folder and the arguments are known to be usable."""
+    from bertlib.model import hf
+
+    start = time.perf_counter()
+    try:
+        texts, source = load_texts(args.corpus, args.max_documents)
+        if len(texts) < 2 and args.objective == "mlm+nsp":
+            raise PretrainError(f"{args.corpus} holds {len(texts)} document(s): NSP needs at least two "
+                                "(or use --objective mlm)")
+        if not texts:
+            raise PretrainError(f"{args.corpus} holds no documents")
+        tokenizer, vocab_path = run_tokenizer(args.vocab, texts, args.vocab_size, out, is_main, args.vocab_score,
+                                               show_progress=is_main and args.progress)
+        check_vocabulary(tokenizer, vocab_path, trained_here=args.vocab is None)
+        collator = MaskingCollator(tokenizer, args.mlm_probability, args.max_predictions, args.whole_word)
+    except (OSError, ValueError) as error:  # a missing or unusable corpus or vocabulary: say which, no traceback
+        raise PretrainError(str(error)) from None
+    train, evaluation, _ = build_datasets(texts, tokenizer, args, show_progress=is_main and args.progress)
+    check_batches(train, args, world_size)
+    if is_main:
+        eval_note = f", {len(evaluation)} held out" if evaluation is not None else ""
+        unit = "sentence pairs" if args.objective == "mlm+nsp" else f"packed windows of {args.seq_len} tokens"
+        print(f"corpus: {len(texts)} documents of {source} -> {len(train)} {unit} "
+              f"({train.num_tokens():,} tokens){eval_note}; vocabulary {tokenizer.vocab_size} from {vocab_path}")
+
+    torch.manual_seed(args.seed)
+    config = BertConfig.preset(args.config, vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_id,
+                               attn_implementation=args.attn, hidden_dropout_prob=args.dropout,
+                               attention_dropout_prob=args.dropout)
+    model = BertForPreTraining(config)
+    training = TrainingConfig(
+        max_steps=args.steps or 1, batch_size=args.batch_size, lr=args.lr, warmup_ratio=args.warmup_ratio,
+        precision=args.precision, compile=args.compile, eval_every=args.eval_every, log_every=args.log_every,
+        checkpoint_every=args.checkpoint_every, out_dir=out, seed=args.seed, device=args.device,
+        progress=is_main and args.progress,
+    )
+    collate = (lambda items: {**collator(items), "sparse_mlm": False}) if args.dense_mlm else collator
+    if args.steps is None or (args.minutes is not None and latest_checkpoint(out) is None):
+        budget = fit_steps_to_budget(model, training, train, collate, seconds=args.minutes * 60,
+                                     maximum=args.steps, probe_steps=PROBE_STEPS, metrics_fn=pretraining_metrics)
+        if is_main:
+            print(f"--minutes {args.minutes:g}: {budget.line()}")
+        args.steps = settings["steps"] = budget.steps
+        training = dataclasses.replace(training, max_steps=budget.steps)
+    trainer = Trainer(model, training, train, collate, eval_dataset=evaluation, metrics_fn=pretraining_metrics)
+    try:
+        trainer.train(stop_at=0)  # resumes from the newest checkpoint, or refuses it, before run.json is written
+    except ValueError as error:  # a checkpoint of other settings (a lost or replaced run.json): nothing recorded
+        trainer.close()
+        raise PretrainError(str(error)) from None
+    if is_main:
+        print(f"model: {args.config} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters), "
+              f"{trainer.device}, {trainer.precision}, {trainer.world_size} process(es), "
+              f"batch {args.batch_size * trainer.world_size} x seq {args.seq_len}")
+        print(f"checkpoints: {out.resolve()}/checkpoint-<step>.pt (every {args.checkpoint_every} steps and at the end)"
+              + (f"; resumed at step {trainer.step} (the line above names the checkpoint)" if trainer.step
+                 else "; starting fresh"))
+        run = json.dumps({"args": settings, "model_config": config.to_dict()}, indent=2) + "\n"
+        atomic_write(out / "run.json", lambda tmp: tmp.write_text(run, encoding="utf-8"))
+    try:
+        history = trainer.train()
+    finally:
+        trainer.close()
+    if is_main:
+        folder = hf.save_pretrained(model, out / "pretrained", vocab_file=vocab_path)
+        atomic_write(out / "history.csv", history.frame().to_csv)
+        logged = set(history.keys())
+        last = {key: history.last(key) for key in ("loss", "mlm_accuracy", "nsp_accuracy", "tokens_per_s",
+                                                   "eval_loss", "eval_mlm_accuracy", "eval_nsp_accuracy")
+                if key in logged}
+        print(f"done: step {trainer.step} in {time.perf_counter() - start:.0f} s; "
+              + ", ".join(f"{k} {v:.4g}" for k, v in last.items()))
+        print(f"model for fine-tuning: {folder.resolve()} (bertlib.model.hf.from_pretrained or transformers)")
+    return 0
+
+
+@dataclasses.dataclass
+class FinishedRun:
+    """A run of `python -m bertlib.pretrain` read back from its folder, with the data it trained and held out."""
+
+    args: argparse.Namespace
+    tokenizer: WordPieceTokenizer
+    model: BertForPreTraining
+    history: History
+    train: Dataset
+    held_out: Dataset | None
+    held_out_texts: list[str]
+
+
+def load_finished_run(out: str | Path) -> FinishedRun:
+    """The exported model, its vocabulary, its logged history and the same training and held-out data again."""
+    from bertlib.model import hf
+
+    out = Path(out)
+    for needed in ("run.json", "history.csv", "pretrained"):
+        if not (out / needed).exists():
+            raise FileNotFoundError(f"{out / needed} is missing: {out} holds no finished run of {PROG}")
+    args = argparse.Namespace(**json.loads((out / "run.json").read_text(encoding="utf-8"))["args"])
+    tokenizer = WordPieceTokenizer.from_vocab_file(out / "pretrained" / "vocab.txt")
+    texts, _ = load_texts(args.corpus, args.max_documents)
+    train, held_out, held_out_indices = build_datasets(texts, tokenizer, args, show_progress=False)
+    model = hf.from_pretrained(out / "pretrained", cls=BertForPreTraining, verbose=False)
+    return FinishedRun(args, tokenizer, model, History.read_csv(out / "history.csv"), train, held_out,
+                       [texts[i] for i in held_out_indices])

@@ -1,0 +1,25 @@
+"""The training loop pretraining and fine-tuning share: the Trainer and its TrainingConfig, the optimizer's
+parameter groups, the schedule, mixed precision, random states, devices, batch samplers, the logged history,
+checkpoints, the run lock, and the time budget that fixes a step count.
+"""
+
+from bertlib.basics import lazy_exports
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "checkpoint": ("CHECKPOINT_FORMAT", "CheckpointError", "DiskFullError", "OutDirError",
+                   "remove_orphaned_temp_files", "check_out_dir", "checkpoint_name", "checkpoint_step",
+                   "list_checkpoints", "latest_checkpoint", "save_checkpoint", "load_checkpoint",
+                   "load_latest_checkpoint", "prune_checkpoints"),
+    "config": ("FIXED_ON_RESUME", "TrainingConfig"),
+    "devices": ("local_rank", "world_size", "pick_device"),
+    "history": ("History",),
+    "lock": ("LOCK_NAME", "TAKEOVER_SUFFIX", "TAKEOVER_TIMEOUT_S", "process_alive", "RunLockedError", "RunLock"),
+    "optimizer": ("param_groups",),
+    "precision": ("Precision", "PRECISIONS", "resolve_precision", "autocast"),
+    "rng": ("rng_state", "set_rng_state", "seed_everything", "forked_rng"),
+    "sampling": ("BatchSampler", "RandomBatchSampler", "length_grouped_batches", "LengthGroupedBatchSampler",
+                 "sequential_batches"),
+    "schedule": ("linear_warmup_decay", "noam_schedule"),
+    "time_budget": ("StepBudget", "check_seconds", "steps_in_budget", "time_steps", "fit_steps_to_budget"),
+    "trainer": ("Batch", "MetricsFn", "EXAMPLES", "NonFiniteLossError", "Trainer"),
+})

@@ -1,0 +1,214 @@
+"""Files a training run leaves behind: atomic writes, the out folder, checkpoint names, safe loading.
+
+    from bertlib.training.checkpoint import atomic_write, check_out_dir, latest_checkpoint, load_checkpoint
+    out = check_out_dir("runs/mlm")                          # a folder we can write, created now, not mid-run
+    atomic_write(out / "notes.txt", lambda tmp: tmp.write_text("..."))   # whole or untouched, never half
+    save_checkpoint(state, out / checkpoint_name(step))
+    found = load_latest_checkpoint(out)                      # (path, state) of the newest intact one
+
+Every file the package writes for you (checkpoints, models, vocabularies, configs, tables, notebooks) goes
+through `atomic_write`: the bytes go to a hidden temporary file in the same folder, are fsynced, and os.replace
+renames it over the target (atomic on POSIX and Windows), so a crash, a full disk or Ctrl-C never leaves a
+half-written checkpoint or model. Two files are written otherwise, on purpose: the run lock, created with
+O_EXCL so that only one of two racing runs can take it (bertlib.training.lock), and the setup cell's pip
+constraints, a scratch file in a temporary folder. A temporary file orphaned by a
+killed process is named `.NAME.PID.tmp` and removed by `remove_orphaned_temp_files`.
+
+Checkpoints are `checkpoint-{step}.pt`, read with torch.load(weights_only=True): they hold only tensors,
+numbers, strings, lists and dicts, so loading one cannot run code. A checkpoint that does not load (cut
+short, corrupt, or holding other objects) is reported by name and the next newest is used; nothing here
+ever suggests weights_only=False.
+
+atomic_write itself lives in bertlib.basics, which needs no torch, so modules that only write files (the
+vocabulary, the setup cell's notebook writer) use it before torch is installed; torch is imported here on
+first use.
+
+A disk that fills up while a checkpoint is written raises DiskFullError (an OSError, errno ENOSPC) naming the
+file, the space left and the last checkpoint, which is intact: the temp file is removed, the target untouched.
+
+Leaves out: remote storage, sharded (multi-file) checkpoints and the safetensors export (bertlib.model.hf).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bertlib.basics import atomic_write
+from bertlib.training.lock import process_alive
+
+if TYPE_CHECKING:
+    import torch
+
+CHECKPOINT_FORMAT = 1
+_CHECKPOINT = re.compile(r"checkpoint-(\d+)\.pt")
+_TEMP = re.compile(r"\.(.+)\.(\d+)\.tmp")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be used: unreadable, cut short, or not a bertlib checkpoint."""
+
+
+class DiskFullError(OSError):
+    """No space left to write a file (errno ENOSPC): the message names the file and what is still intact."""
+
+
+class OutDirError(ValueError):
+    """An output folder that cannot be used: a file is in the way, or it cannot be written."""
+
+
+def remove_orphaned_temp_files(folder: str | Path) -> list[Path]:
+    """Delete `.NAME.PID.tmp` files whose writing process is gone (a crash mid-write); returns them."""
+    removed = []
+    folder = Path(folder)
+    if not folder.is_dir():
+        return removed
+    for path in folder.iterdir():
+        match = _TEMP.fullmatch(path.name)
+        if match and path.is_file() and not process_alive(int(match.group(2))):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+def check_out_dir(path: str | Path) -> Path:
+    """`path` as a folder we can write to, created if missing: checked before training, not after it.
+
+    Refuses a path that is a file (or has a file among its parents) and a folder we cannot write, naming
+    the path and what to do.
+    """
+    path = Path(path)
+    for part in (path, *path.parents):
+        if part.exists() and not part.is_dir():
+            what = "is a file" if part == path else f"cannot be created: {part} is a file"
+            raise OutDirError(f"output folder {path} {what}; give --out a folder path")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise OutDirError(f"cannot create output folder {path}: {error.strerror or error}; "
+                          "give --out a folder you can write to") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise OutDirError(f"output folder {path} is not writable; give --out a folder you can write to")
+    return path
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Checkpoint files
+# ---------------------------------------------------------------------------------------------------------
+
+
+def checkpoint_name(step: int) -> str:
+    """The file name of the checkpoint after `step` optimizer updates."""
+    return f"checkpoint-{step}.pt"
+
+
+def checkpoint_step(path: str | Path) -> int | None:
+    """The step in a checkpoint file's name, or None if the name is not checkpoint-{step}.pt."""
+    match = _CHECKPOINT.fullmatch(Path(path).name)
+    return int(match.group(1)) if match else None
+
+
+def list_checkpoints(out_dir: str | Path) -> list[Path]:
+    """The checkpoint-{step}.pt files in out_dir, oldest step first (an empty list if there is no folder)."""
+    folder = Path(out_dir)
+    if not folder.is_dir():
+        return []
+    found = [(checkpoint_step(p), p) for p in folder.iterdir() if p.is_file()]
+    return [path for step, path in sorted((s, p) for s, p in found if s is not None)]
+
+
+def latest_checkpoint(out_dir: str | Path) -> Path | None:
+    """The checkpoint with the highest step in out_dir, or None (see load_latest_checkpoint to also load it)."""
+    found = list_checkpoints(out_dir)
+    return found[-1] if found else None
+
+
+def save_checkpoint(state: dict[str, Any], path: str | Path) -> None:
+    """torch.save `state` (stamped with the format) atomically; it must hold weights_only-loadable values."""
+    import torch
+
+    try:
+        atomic_write(path, lambda tmp: torch.save({"format": CHECKPOINT_FORMAT, **state}, tmp))
+    except (OSError, RuntimeError) as error:
+        if not _disk_full(error):
+            raise
+        raise _disk_full_error(Path(path), error) from None
+
+
+def _disk_full(error: BaseException) -> bool:
+    """Whether a write failed for lack of space: ENOSPC/EDQUOT, or torch's zip writer failing to write.
+
+    torch.save does not pass the OSError on: a full disk surfaces as RuntimeError "[enforce fail at
+    inline_container.cc:...] PytorchStreamWriter failed writing file ...: file write failed".
+    """
+    if isinstance(error, OSError):
+        return error.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+    text = str(error)
+    return "inline_container" in text and ("file write failed" in text or "unexpected pos" in text)
+
+
+def _disk_full_error(path: Path, error: BaseException) -> DiskFullError:
+    """DiskFullError naming the file that could not be written, the space left and the last intact checkpoint."""
+    try:
+        free = f"{shutil.disk_usage(path.parent).free / 2**20:.0f} MiB free"
+    except OSError:
+        free = "free space unknown"
+    last = latest_checkpoint(path.parent)
+    kept = (f"the last checkpoint, {last}, is intact (files are written whole or not at all): free some space, or "
+            "lower keep_checkpoints, and run again to resume from it" if last is not None else
+            "no earlier checkpoint exists in that folder: free some space and run again")
+    return DiskFullError(errno.ENOSPC, f"the disk is full: {path} could not be written ({free} on {path.parent}; "
+                                       f"{type(error).__name__}: {error}); {path.name} was not saved, and {kept}")
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Read a checkpoint with torch.load(weights_only=True); CheckpointError names the file if it cannot be used."""
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"checkpoint {path} is empty (0 bytes): a write was cut short")
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as error:  # torch raises RuntimeError, EOFError, UnpicklingError... for a bad file
+        raise CheckpointError(
+            f"checkpoint {path} cannot be read ({type(error).__name__}): it is cut short or corrupt, or holds "
+            "objects other than tensors, numbers, strings, lists and dicts, which bertlib never loads"
+        ) from None
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"{path} is not a bertlib checkpoint (format {CHECKPOINT_FORMAT})")
+    return state
+
+
+def load_latest_checkpoint(out_dir: str | Path, map_location: str | torch.device = "cpu"
+                           ) -> tuple[Path, dict[str, Any]] | None:
+    """(path, state) of the newest checkpoint in out_dir that loads; None if there is none.
+
+    Each newer file that fails to load is named in a warning, then skipped (it is left on disk to inspect).
+    """
+    for path in reversed(list_checkpoints(out_dir)):
+        try:
+            return path, load_checkpoint(path, map_location)
+        except CheckpointError as error:
+            warnings.warn(f"{error}; skipping it and trying the checkpoint before it", stacklevel=2)
+    return None
+
+
+def prune_checkpoints(out_dir: str | Path, keep: int, up_to: int | None = None) -> list[Path]:
+    """Delete all but the `keep` newest checkpoints in out_dir; returns the deleted paths.
+
+    With `up_to` (the step a run just saved) only checkpoints of steps up to it count and can go: a newer
+    file (one a resume skipped as unreadable, left to inspect) is neither deleted nor kept in its place.
+    """
+    found = [p for p in list_checkpoints(out_dir) if up_to is None or checkpoint_step(p) <= up_to]
+    old = found[: max(0, len(found) - keep)]
+    for path in old:
+        path.unlink(missing_ok=True)
+    return old

@@ -1,0 +1,160 @@
+"""How many optimizer steps fit in a time budget: one short timing probe, decided once, before the real run.
+
+    from bertlib.training.time_budget import fit_steps_to_budget
+    budget = fit_steps_to_budget(model, config, train_dataset, collate_fn, seconds=240, maximum=10_000)
+    print(budget.line())             # "time budget 240 s: 0.052 s per step (probe of 5 steps) -> 4,615 steps"
+    config = dataclasses.replace(config, max_steps=budget.steps)
+    Trainer(model, config, train_dataset, collate_fn).train()   # the schedule is built for budget.steps
+
+The probe trains a throwaway copy: a deep copy of the model under its own Trainer (its own AdamW, no out_dir,
+no evaluation, no progress bar) on the real dataset and collator, with the real device, precision, batch size
+and accumulation, so it times what a real step costs (data, forward, backward, clipping, update). One step
+warms up first (allocations, kernels, torch.compile) and is not timed; then `probe_steps` steps are. The model
+passed in is never touched, and the caller's Python, NumPy and torch RNG states are given back afterwards.
+Under torchrun every process probes together and all take the slowest process's time, so that they agree.
+
+Why once: a warmup + linear-decay schedule is a function of the run's last step. Re-fitting `max_steps` while
+training (say every 50 steps, from the speed just measured) moves that last step, and each move makes the
+learning rate jump, up as well as down. Fixing the step count before the first real step gives the schedule
+one shape from start to end.
+
+`steps_in_budget(seconds, seconds_per_step, minimum, maximum)` is the arithmetic alone. The budget covers the
+training steps; the probe itself, evaluation and checkpoints come on top.
+
+Leaves out: re-timing during the run, and any guess about speed changes later on (a GPU that throttles, a
+laptop on battery): the run keeps the step count it was given.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.data import Dataset
+
+from bertlib.training.config import TrainingConfig
+from bertlib.training.devices import local_rank, pick_device
+from bertlib.training.rng import rng_state, set_rng_state
+from bertlib.training.trainer import Trainer
+
+
+@dataclasses.dataclass(frozen=True)
+class StepBudget:
+    """The step count chosen for a time budget, and the timing it came from."""
+
+    steps: int  # optimizer steps the run gets
+    seconds_per_step: float  # what the probe measured
+    seconds: float  # the budget
+    probe_steps: int  # steps timed (after one untimed warm-up step)
+    minimum: int = 1
+    maximum: int | None = None
+
+    def line(self) -> str:
+        """One line saying what the probe measured and what was chosen."""
+        fit = self.seconds / self.seconds_per_step
+        note = ""
+        if self.steps > fit:
+            note = f" (at least {self.minimum})"
+        elif self.maximum is not None and self.steps == self.maximum and fit >= self.maximum + 1:
+            note = f" (at most {self.maximum:,}; {int(fit):,} would fit)"
+        return (f"time budget {self.seconds:.0f} s: {self.seconds_per_step:.3g} s per step "
+                f"(probe of {self.probe_steps} steps) -> {self.steps:,} steps{note}")
+
+
+def check_seconds(seconds: float) -> float:
+    """The budget as a float, or a ValueError unless it is a finite number > 0."""
+    try:
+        value = float(seconds)
+    except (TypeError, ValueError):
+        raise ValueError(f"a time budget must be a finite number > 0, got {seconds!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"a time budget must be a finite number > 0, got {seconds!r}")
+    return value
+
+
+def steps_in_budget(seconds: float, seconds_per_step: float, minimum: int = 1, maximum: int | None = None) -> int:
+    """Whole steps of `seconds_per_step` that fit in `seconds`, at least `minimum`, at most `maximum`."""
+    seconds = check_seconds(seconds)
+    if not (math.isfinite(seconds_per_step) and seconds_per_step > 0):
+        raise ValueError(f"seconds_per_step must be a finite number > 0, got {seconds_per_step}")
+    if minimum < 1 or (maximum is not None and maximum < minimum):
+        raise ValueError(f"need 1 <= minimum <= maximum, got minimum={minimum}, maximum={maximum}")
+    steps = max(minimum, math.floor(seconds / seconds_per_step * (1 + 1e-12)))
+    return steps if maximum is None else min(steps, maximum)
+
+
+def _join_process_group() -> None:
+    """Under torchrun, join the process group the probe and the real Trainer then share (neither owns it)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
+        return
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank())
+    dist.init_process_group(backend)
+
+
+def time_steps(model: nn.Module, config: TrainingConfig, train_dataset: Dataset,
+               collate_fn: Callable[[list[Any]], Any] | None = None, *, probe_steps: int = 5,
+               metrics_fn: Callable[..., dict[str, float]] | None = None,
+               clock: Callable[[], float] = time.perf_counter) -> float:
+    """Seconds per optimizer step of `config` on a deep copy of `model`: one untimed step, then `probe_steps` timed.
+
+    Under torchrun (WORLD_SIZE > 1) it joins the process group if nobody has (the caller leaves it at the end,
+    dist.destroy_process_group) and returns the slowest process's time, the same number in every process.
+    """
+    if probe_steps < 1:
+        raise ValueError(f"probe_steps must be >= 1, got {probe_steps}")
+    _join_process_group()
+    device = pick_device(config.device)
+    saved = rng_state(device)
+    probe_config = dataclasses.replace(
+        config, max_steps=1 + probe_steps, epochs=None, warmup_steps=0, out_dir=None, resume=False, eval_every=None,
+        checkpoint_every=None, progress=False, num_workers=0)
+    probe = Trainer(copy.deepcopy(model), probe_config, train_dataset, collate_fn, metrics_fn=metrics_fn)
+    try:
+        probe.train(stop_at=1)  # warm-up: allocations, kernels, compilation; not timed
+        _synchronize(probe.device)
+        start = clock()
+        probe.train()  # each step reads its loss back (.item()), so the device has finished it
+        _synchronize(probe.device)
+        per_step = (clock() - start) / probe_steps
+    finally:
+        probe.close()
+        del probe
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        set_rng_state(saved, device)
+    if dist.is_available() and dist.is_initialized():
+        slowest = torch.tensor([per_step], dtype=torch.float64,
+                               device=device if dist.get_backend() == "nccl" else "cpu")
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        per_step = float(slowest.item())
+    return per_step
+
+
+def _synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (CUDA runs asynchronously)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def fit_steps_to_budget(model: nn.Module, config: TrainingConfig, train_dataset: Dataset,
+                        collate_fn: Callable[[list[Any]], Any] | None = None, *, seconds: float, minimum: int = 1,
+                        maximum: int | None = None, probe_steps: int = 5,
+                        metrics_fn: Callable[..., dict[str, float]] | None = None,
+                        clock: Callable[[], float] = time.perf_counter) -> StepBudget:
+    """Time a probe (time_steps) and return how many steps of `config` fit in `seconds` (steps_in_budget)."""
+    seconds = check_seconds(seconds)
+    per_step = time_steps(model, config, train_dataset, collate_fn, probe_steps=probe_steps, metrics_fn=metrics_fn,
+                          clock=clock)
+    per_step = max(per_step, 1e-9)  # a clock too coarse to see the probe: as fast as it gets
+    steps = steps_in_budget(seconds, per_step, minimum, maximum)
+    return StepBudget(steps, per_step, seconds, probe_steps, minimum, maximum)

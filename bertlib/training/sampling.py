@@ -53,13 +53,23 @@ class BatchSampler(Protocol):
         """JSON-able values that decide the batches; a resume with other settings is refused."""
 
 
-def _check_shard(rank: int, world_size: int) -> None:
-    """Refuse a rank outside 0 .. world_size - 1."""
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(f"rank must be in [0, world_size), got rank {rank} of world_size {world_size}")
+class _EpochAndShard:
+    """What both samplers keep the same way: the epoch that seeds the draw, and this process's shard."""
+
+    rank, world_size, epoch = 0, 1, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Draw this epoch's batches from seed + epoch (the same draw in every process)."""
+        self.epoch = epoch
+
+    def set_shard(self, rank: int, world_size: int) -> None:
+        """Keep this process's share of each draw: every world_size-th one, from the rank-th on."""
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ValueError(f"rank must be in [0, world_size), got rank {rank} of world_size {world_size}")
+        self.rank, self.world_size = rank, world_size
 
 
-class RandomBatchSampler:
+class RandomBatchSampler(_EpochAndShard):
     """Random batches of `batch_size` examples, a new permutation each epoch; the last partial batch is dropped.
 
     The permutation of epoch e is torch.randperm(num_examples) drawn from seed + e (as DistributedSampler
@@ -74,16 +84,6 @@ class RandomBatchSampler:
         if num_examples < 0:
             raise ValueError(f"num_examples must be >= 0, got {num_examples}")
         self.num_examples, self.batch_size, self.seed, self.shuffle = num_examples, batch_size, seed, shuffle
-        self.rank, self.world_size, self.epoch = 0, 1, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        """Draw this epoch's permutation from seed + epoch."""
-        self.epoch = epoch
-
-    def set_shard(self, rank: int, world_size: int) -> None:
-        """Take every world_size-th example of each global batch, from the rank-th on."""
-        _check_shard(rank, world_size)
-        self.rank, self.world_size = rank, world_size
 
     def __len__(self) -> int:
         return self.num_examples // (self.batch_size * self.world_size)
@@ -128,7 +128,7 @@ def length_grouped_batches(lengths: Sequence[int], batch_size: int, bucket_batch
     return batches
 
 
-class LengthGroupedBatchSampler:
+class LengthGroupedBatchSampler(_EpochAndShard):
     """`length_grouped_batches`, redrawn every epoch from seed + epoch.
 
     Sharded over N processes, every process draws the same batches and takes every N-th one, from the
@@ -143,17 +143,7 @@ class LengthGroupedBatchSampler:
             raise ValueError(f"batch_size and bucket_batches must be >= 1, got {batch_size}, {bucket_batches}")
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self.batch_size, self.bucket_batches, self.seed, self.shuffle = batch_size, bucket_batches, seed, shuffle
-        self.rank, self.world_size, self.epoch = 0, 1, 0
         self._batches_per_epoch = len(length_grouped_batches(self.lengths, batch_size, bucket_batches, seed, shuffle))
-
-    def set_epoch(self, epoch: int) -> None:
-        """Draw a different grouping and order for this epoch (the same in every process)."""
-        self.epoch = epoch
-
-    def set_shard(self, rank: int, world_size: int) -> None:
-        """Take every world_size-th batch, from the rank-th on."""
-        _check_shard(rank, world_size)
-        self.rank, self.world_size = rank, world_size
 
     def __len__(self) -> int:
         return self._batches_per_epoch // self.world_size  # the batch count is the same for every draw

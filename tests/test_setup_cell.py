@@ -21,7 +21,7 @@ from typing import Any
 import nbformat
 import pytest
 
-from bertlib.course import runner, setup_cell
+from bertlib.course import headers, runner, setup_cell
 
 ROOT = Path(__file__).resolve().parent.parent
 UNREACHABLE = "https://github.com/bert-from-scratch/no-such-course"
@@ -186,7 +186,8 @@ def test_the_cell_is_valid_python_with_the_address_in_one_place():
     compile(source, "<setup cell>", "exec")
     assert source.count("https://example.invalid/fork.git") == 1
     assert setup_cell.REPOSITORY not in source
-    assert setup_cell.cell_source().startswith("# Setup")
+    assert setup_cell.cell_source().startswith(setup_cell.SETUP_MARK)
+    assert len(setup_cell.cell_source().splitlines()) > 10, "folded, the cell may hold what it needs"
 
 
 def test_readme_gives_the_repository_address_of_the_setting():
@@ -198,28 +199,71 @@ def test_readme_gives_the_repository_address_of_the_setting():
     assert addresses - examples == {setup_cell.REPOSITORY}, "README.md names another repository address"
 
 
-def test_every_notebook_opens_with_the_canonical_setup_cell():
-    stale = [path.relative_to(ROOT).as_posix() for path in setup_cell.notebooks_to_set_up()
-             if setup_cell.setup_cell_of(nbformat.read(path, as_version=4)).source != setup_cell.cell_source()]
+def test_every_notebook_opens_with_its_badges_title_header_and_the_folded_canonical_setup_cell():
+    stale = [path.relative_to(ROOT).as_posix() for path in setup_cell.stale_notebooks()]
     assert not stale, f"run python -m bertlib.course.setup_cell --write-notebooks; stale: {stale}"
+    for path in setup_cell.notebooks_to_set_up():
+        notebook = nbformat.read(path, as_version=4)
+        relative = path.relative_to(ROOT).as_posix()
+        badges, title, header = (cell.source for cell in notebook.cells[:3])
+        assert f"({setup_cell.colab_url(relative)})" in badges, relative
+        assert f"kaggle.com/kernels/welcome?src={setup_cell.REPOSITORY}/blob/main/{relative})" in badges, relative
+        assert title.startswith("# ") and "\n" not in title, relative
+        assert header.startswith(headers.HEADER_MARK), relative
+        setup = setup_cell.setup_cell_of(notebook)
+        assert setup.metadata["cellView"] == "form" and setup.metadata["jupyter"]["source_hidden"], relative
+        assert notebook.cells.index(setup) > 2, f"{relative}: the setup cell comes after the header"
 
 
-def test_write_notebooks_replaces_only_the_setup_cell(tmp_path):
+def test_write_notebooks_replaces_only_the_badges_and_the_setup_cell_for_a_fork(tmp_path):
     original = runner.notebook_paths()[0]
-    copy = tmp_path / original.name
+    copy = tmp_path / "notebooks" / original.name
+    copy.parent.mkdir()
     shutil.copy(original, copy)
+    shutil.copy(original.parent / headers.RUN_TIMES_FILE, copy.parent)  # the header's running time stays
     before = nbformat.read(copy, as_version=4)
-    setup_cell.setup_cell_of(before).source = "# Setup (an old version)\nprint('old')"
+    setup_cell.setup_cell_of(before).source = f"{setup_cell.SETUP_MARK} (an old version)\nprint('old')"
     nbformat.write(before, copy)
 
-    assert setup_cell.write_notebooks([copy], repository="https://example.invalid/fork") == [copy]
+    fork = "https://github.com/you/bert-fork"
+    assert setup_cell.write_notebooks([copy], repository=fork) == [copy]
     after = nbformat.read(copy, as_version=4)
     cell = setup_cell.setup_cell_of(after)
-    assert cell.source == setup_cell.cell_source("https://example.invalid/fork")
+    assert cell.source == setup_cell.cell_source(fork)
     assert cell.id == setup_cell.setup_cell_of(before).id
-    assert [c.source for c in after.cells if c is not cell] == [c.source for c in before.cells
-                                                               if c is not setup_cell.setup_cell_of(before)]
-    assert setup_cell.write_notebooks([copy], repository="https://example.invalid/fork") == []
+    assert after.cells[0].source == setup_cell.badges_source("notebooks/00_introduction.ipynb", fork)
+    assert "github/you/bert-fork/blob/main/notebooks/00_introduction.ipynb" in after.cells[0].source
+    unchanged = [c.source for c in after.cells[1:] if c is not cell]
+    assert unchanged == [c.source for c in before.cells[1:] if c is not setup_cell.setup_cell_of(before)]
+    assert setup_cell.write_notebooks([copy], repository=fork) == []
+
+
+def test_a_notebook_without_badges_or_header_gets_them_under_a_one_line_title(tmp_path):
+    path = tmp_path / "notebooks" / "04_attention.ipynb"
+    path.parent.mkdir()
+    (path.parent / "03_positional_encodings.ipynb").touch()
+    cells = [nbformat.v4.new_markdown_cell("# 04 · Attention"), nbformat.v4.new_code_cell(setup_cell.SETUP_MARK),
+             nbformat.v4.new_markdown_cell("word " * 400), nbformat.v4.new_code_cell('if device.type == "cuda":')]
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
+
+    assert setup_cell.write_notebooks([path]) == [path]
+    notebook = nbformat.read(path, as_version=4)
+    assert [cell.cell_type for cell in notebook.cells] == ["markdown"] * 3 + ["code", "markdown", "code"]
+    assert notebook.cells[0].source.startswith(headers.BADGE_MARK)
+    assert notebook.cells[1].source == "# 04 · Attention"
+    header = notebook.cells[2].source
+    assert "**Builds on:** [03](03_positional_encodings.ipynb)\n" in header
+    assert "about 2 minutes (408 words)" in header and "not measured yet" in header and "**GPU cell:** yes" in header
+    assert notebook.cells[3].metadata["cellView"] == "form"
+
+
+def test_a_title_cell_with_more_than_its_title_is_refused(tmp_path):
+    path = tmp_path / "00_x.ipynb"
+    cells = [nbformat.v4.new_markdown_cell("# 00 · X\n\nIntroduction"),
+             nbformat.v4.new_code_cell(setup_cell.SETUP_MARK)]
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
+    with pytest.raises(ValueError, match="00_x.ipynb.*title alone"):
+        setup_cell.write_notebooks([path])
 
 
 def test_write_notebooks_that_fails_half_way_leaves_the_notebook_whole_and_nothing_else(tmp_path, monkeypatch):
@@ -241,8 +285,9 @@ def test_write_notebooks_that_fails_half_way_leaves_the_notebook_whole_and_nothi
 
 def test_a_notebook_without_a_setup_cell_is_named_in_the_error(tmp_path):
     path = tmp_path / "00_x.ipynb"
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(1)")]), path)
-    with pytest.raises(ValueError, match="00_x.ipynb.*# Setup"):
+    cells = [nbformat.v4.new_markdown_cell("# 00 · X"), nbformat.v4.new_code_cell("print(1)")]
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
+    with pytest.raises(ValueError, match="00_x.ipynb.*# @title Setup"):
         setup_cell.write_notebooks([path])
 
 

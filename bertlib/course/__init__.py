@@ -1,6 +1,6 @@
-"""The notebooks' plumbing: the session a notebook opens (session), the setup cell (setup_cell), the headless runner
-behind `python -m bertlib.course` (runner), the shared figures (plots) and d2l's code (d2l_loader). Free of torch
-until a notebook uses it.
+"""The notebooks' plumbing: the session a notebook opens (session), the setup cell and launch badges (setup_cell),
+the header under each title (headers), the headless runner behind `python -m bertlib.course` (runner), the shared
+figures (plots), d2l's code (d2l_loader) and the course as a website (site). Free of torch until a notebook uses it.
 """
 
 from bertlib.basics import lazy_exports
@@ -8,15 +8,21 @@ from bertlib.basics import lazy_exports
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "d2l_loader": ("D2L_VERSION", "INSTALL_COMMAND", "D2L_DEPENDENCIES", "PLACEHOLDER_NAMES",
                    "TorchvisionPlaceholder", "load_d2l", "loaded_without_torchvision"),
-    "plots": ("ArrayLike", "to_numpy", "HEATMAP_DPI", "draw_heatmap", "heatmap", "heatmaps", "attention_heatmaps",
-              "input_representation_diagram", "encoder_layer_diagram", "bert_stack_diagram", "multihead_diagram",
-              "mlm_masking_diagram", "classification_head_diagram"),
-    "runner": ("notebook_paths", "run_notebook", "freeze_progress_bars", "failure_status"),
+    "headers": ("RUN_TIMES_FILE", "WORDS_PER_MINUTE", "BADGE_MARK", "HEADER_MARK", "Entry", "CATALOG", "notebook_key",
+                "notebooks_folder", "read_run_times", "record_run_time", "reported_device", "has_gpu_cell",
+                "reading_minutes", "header_source"),
+    "plots": ("ArrayLike", "to_numpy", "FIGURE_DPI", "use_course_style", "draw_heatmap", "heatmap", "heatmaps",
+              "attention_heatmaps", "input_representation_diagram", "encoder_layer_diagram", "bert_stack_diagram",
+              "multihead_diagram", "mlm_masking_diagram", "classification_head_diagram"),
+    "runner": ("notebook_paths", "run_notebook", "freeze_progress_bars", "record_full_run", "failure_status"),
     "session": ("SMOKE", "PACKAGE", "REPO_ROOT", "IN_CHECKOUT", "PRETRAINED_HUB_NAME", "PRETRAINED_HINT", "pick",
                 "device", "notebooks_dir", "NOTEBOOKS", "COLAB_ARTIFACTS", "KAGGLE_ARTIFACTS", "ArtifactsError",
                 "host", "artifacts_root", "artifacts_dir", "keep_hint", "data_summary", "setup",
                 "pretrained_bert_source", "checkpoint_name", "pretrained_file", "needs", "show"),
-    "setup_cell": ("REPOSITORY", "PROTECTED", "NO_DEPS", "cell_source", "colab_url", "host_pins", "InstallFailed",
-                   "pip_failure", "install_requirements", "install", "notebooks_to_set_up", "setup_cell_of",
-                   "write_notebooks"),
+    "setup_cell": ("REPOSITORY", "PROTECTED", "NO_DEPS", "SETUP_MARK", "FOLDED", "cell_source", "colab_url",
+                   "host_pins", "InstallFailed", "pip_failure", "install_requirements", "install",
+                   "notebooks_to_set_up", "setup_cell_of", "badges_source", "set_up", "write_notebooks",
+                   "stale_notebooks"),
+    "site": ("MARKER", "BADGE_IMAGES", "SCREENSHOT_PAGES", "SiteError", "badge_svg", "stage", "check_site",
+             "build_site", "screenshots"),
 })

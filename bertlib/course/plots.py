@@ -48,7 +48,15 @@ def _label_axis(ax: Axes, labels: Sequence[str] | None, size: int, axis: str) ->
         ax.set_xticks(ticks, labels, rotation=90)
 
 
-HEATMAP_DPI = 64  # dense figures are large: at this resolution each notebook stays under 1 MB for previews
+FIGURE_DPI = 72
+"""The resolution of every course figure (the classic screen resolution): sharp on screen, and small enough that
+every committed notebook stays under 1 MB, which GitHub's preview can show (tests/test_notebook_files.py)."""
+
+
+def use_course_style() -> None:
+    """Draw every figure from here on at FIGURE_DPI (the setup cell calls it once per notebook)."""
+    plt.rcParams["figure.dpi"] = FIGURE_DPI
+    plt.rcParams["savefig.dpi"] = FIGURE_DPI
 
 
 def draw_heatmap(
@@ -86,7 +94,7 @@ def draw_heatmap(
 
 def heatmap(matrix: ArrayLike, title: str = "", figsize: tuple[float, float] = (6, 4.5), **options) -> Figure:
     """One matrix as a heatmap; `options` are those of `draw_heatmap` (labels, axis names, cmap, ...)."""
-    fig, ax = plt.subplots(figsize=figsize, layout="constrained", dpi=HEATMAP_DPI)
+    fig, ax = plt.subplots(figsize=figsize, layout="constrained")
     draw_heatmap(ax, matrix, title=title, **options)
     return fig
 
@@ -109,7 +117,7 @@ def heatmaps(
     ncols = ncols or len(arrays)
     nrows = math.ceil(len(arrays) / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols, panel_size[1] * nrows),
-                             layout="constrained", squeeze=False, dpi=HEATMAP_DPI)
+                             layout="constrained", squeeze=False)
     for ax, (name, values) in zip(axes.flat, arrays.items(), strict=False):
         draw_heatmap(ax, values, title=name, **options)
     for ax in axes.flat[len(arrays):]:
@@ -137,7 +145,7 @@ def attention_heatmaps(
     nrows = math.ceil(heads / ncols)
     side = max(3.0, 0.22 * len(tokens) + 1.0)
     fig, axes = plt.subplots(nrows, ncols, figsize=(side * ncols, side * nrows), layout="constrained",
-                             squeeze=False, dpi=HEATMAP_DPI)
+                             squeeze=False)
     for head, ax in enumerate(axes.flat):
         if head >= heads:
             ax.axis("off")

@@ -108,6 +108,21 @@ def _stream(text: str):
     return nbformat.v4.new_output("stream", name="stdout", text=text)
 
 
+def record_full_run(path: Path, seconds: float) -> None:
+    """Keep a full --inplace run's seconds (and the device the notebook reported) in notebooks/run_times.json,
+    and rewrite the notebook's header from it: the header's run time is always the last full run's."""
+    import nbformat
+
+    from bertlib.basics import atomic_write
+    from bertlib.course import headers, setup_cell
+
+    notebook = nbformat.read(path, as_version=4)
+    device = headers.reported_device(notebook) or "a device the notebook did not report"
+    headers.record_run_time(headers.notebooks_folder(path), path, seconds, device)
+    if setup_cell.set_up(notebook, path):
+        atomic_write(path, lambda tmp: nbformat.write(notebook, tmp))
+
+
 def failure_status(error: BaseException) -> str:
     """The status column for a notebook that failed: the error's last line, without terminal colour codes."""
     lines = [line.strip() for line in _ANSI.sub("", str(error)).splitlines() if line.strip()]
@@ -162,7 +177,10 @@ def main(argv: list[str] | None = None) -> int:
             status = "ok"
         except Exception as error:  # report every notebook, then fail at the end
             status = failure_status(error)
-        rows.append((path.name, time.perf_counter() - start, status))
+        seconds = time.perf_counter() - start
+        if status == "ok" and args.inplace and not session.SMOKE:
+            record_full_run(path, seconds)
+        rows.append((path.name, seconds, status))
 
     width = max(len(name) for name, _, _ in rows)
     print(f"\n{'notebook':<{width}}  {'seconds':>8}  status")

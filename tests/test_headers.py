@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -26,8 +29,17 @@ def test_every_header_is_the_one_its_notebook_and_the_last_full_run_give():
     for path in setup_cell.notebooks_to_set_up():
         notebook = nbformat.read(path, as_version=4)
         assert notebook.cells[2].source == headers.header_source(path, notebook, times), path.name
-        minutes, words = headers.reading_minutes(notebook)
-        assert words > 100 and minutes == max(1, round(words / headers.WORDS_PER_MINUTE))
+        assert headers.notebook_key(path) in times, f"{path.name} has no measured run time"
+
+
+def test_reading_time_counts_prose_and_code_but_not_the_badges_header_or_setup_cell():
+    cells = [nbformat.v4.new_markdown_cell(f"{headers.BADGE_MARK} ignored words here"),
+             nbformat.v4.new_markdown_cell("# 00 · Title"), nbformat.v4.new_markdown_cell(f"{headers.HEADER_MARK} x y"),
+             nbformat.v4.new_code_cell("# @title Setup\n" + "skipped " * 50),
+             nbformat.v4.new_markdown_cell("word " * 290), nbformat.v4.new_code_cell("x = 1")]
+    assert headers.reading_minutes(nbformat.v4.new_notebook(cells=cells)) == (1, 4 + 290 + 3)
+    cells.append(nbformat.v4.new_markdown_cell("word " * 200))
+    assert headers.reading_minutes(nbformat.v4.new_notebook(cells=cells)) == (2, 497)
 
 
 def test_the_gpu_cells_are_found_in_06_and_07_only():
@@ -65,3 +77,68 @@ def test_a_header_never_links_to_a_notebook_that_is_not_there(tmp_path):
     shutil.copy(ROOT / "notebooks" / "05_encoder.ipynb", path)
     with pytest.raises(ValueError, match=r"no notebook 03_\*\.ipynb"):
         headers.header_source(path, nbformat.read(path, as_version=4), {})
+
+
+def test_a_run_times_file_that_is_not_a_record_is_named_with_what_to_do(tmp_path):
+    (tmp_path / headers.RUN_TIMES_FILE).write_text('{"00_x.ipynb": {"seconds": 3}}', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"run_times\.json: its entry '00_x.ipynb' lacks seconds, device or date"):
+        headers.read_run_times(tmp_path)
+    (tmp_path / headers.RUN_TIMES_FILE).write_text("{not json", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"run_times\.json: it is not JSON .*delete it"):
+        headers.read_run_times(tmp_path)
+
+
+def test_a_notebook_outside_the_catalog_is_named(tmp_path):
+    path = tmp_path / "08_extra.ipynb"
+    with pytest.raises(ValueError, match="CATALOG has no entry '08'"):
+        headers.header_source(path, nbformat.v4.new_notebook(), {})
+
+
+def course_folder(tmp_path: Path) -> Path:
+    """notebooks/ with a 03 to link to and a quick 04 that opens like a course notebook."""
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    (notebooks / "03_positional_encodings.ipynb").touch()
+    printed = 'print("device: cpu (2 threads) | mode: full | seed 0")'
+    cells = [nbformat.v4.new_markdown_cell("# 04 · Attention"),
+             nbformat.v4.new_code_cell(f"{setup_cell.SETUP_MARK}\n{printed}")]
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), notebooks / "04_attention.ipynb")
+    setup_cell.write_notebooks([notebooks / "04_attention.ipynb"])
+    return notebooks
+
+
+def run_course(notebooks: Path, tmp_path: Path, *args: str, smoke: bool) -> subprocess.CompletedProcess:
+    """`python -m bertlib.course ARGS` over `notebooks`, in a separate process."""
+    code = ("import sys; from pathlib import Path; from bertlib.course import runner; "
+            f"runner.notebooks_dir = lambda: Path({str(notebooks)!r}); sys.exit(runner.main(sys.argv[1:]))")
+    env = {**os.environ, "BERTLIB_ARTIFACTS": str(tmp_path / "artifacts"), "BERTLIB_SMOKE": "1" if smoke else "0"}
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=300,
+                          cwd=ROOT)
+
+
+@pytest.mark.slow
+def test_only_a_full_inplace_run_records_its_time_and_rewrites_the_header(tmp_path):
+    notebooks = course_folder(tmp_path)
+    path = notebooks / "04_attention.ipynb"
+    smoke = run_course(notebooks, tmp_path, "--inplace", "--only", "04", smoke=True)
+    assert smoke.returncode == 0, smoke.stdout + smoke.stderr
+    assert not (notebooks / headers.RUN_TIMES_FILE).exists()
+    assert "not measured yet" in nbformat.read(path, as_version=4).cells[2].source
+
+    full = run_course(notebooks, tmp_path, "--inplace", "--only", "04", smoke=False)
+    assert full.returncode == 0, full.stdout + full.stderr
+    [(key, run)] = json.loads((notebooks / headers.RUN_TIMES_FILE).read_text(encoding="utf-8")).items()
+    assert key == "04_attention.ipynb" and run["device"] == "cpu (2 threads)" and 0 < run["seconds"] < 300
+    header = nbformat.read(path, as_version=4).cells[2].source
+    assert f"**Running:** {run['seconds']:.0f} seconds on cpu (2 threads)" in header
+
+
+@pytest.mark.slow
+def test_a_full_inplace_run_refuses_before_running_when_a_header_cannot_be_written(tmp_path):
+    notebooks = course_folder(tmp_path)
+    (notebooks / headers.RUN_TIMES_FILE).write_text("[]", encoding="utf-8")
+    before = (notebooks / "04_attention.ipynb").read_bytes()
+    result = run_course(notebooks, tmp_path, "--inplace", "--only", "04", smoke=False)
+    assert result.returncode == 2
+    assert "run_times.json: it is not a JSON object" in result.stderr
+    assert (notebooks / "04_attention.ipynb").read_bytes() == before  # nothing ran

@@ -253,7 +253,8 @@ def test_a_notebook_without_badges_or_header_gets_them_under_a_one_line_title(tm
     assert notebook.cells[1].source == "# 04 · Attention"
     header = notebook.cells[2].source
     assert "**Builds on:** [03](03_positional_encodings.ipynb)\n" in header
-    assert "about 2 minutes (408 words)" in header and "not measured yet" in header and "**GPU cell:** yes" in header
+    assert "about 2 minutes (408 words of prose and code)" in header
+    assert "not measured yet" in header and "**GPU cell:** yes" in header
     assert notebook.cells[3].metadata["cellView"] == "form"
 
 
@@ -295,3 +296,15 @@ def test_host_pins_name_the_installed_versions_and_skip_missing_packages():
     from importlib import metadata
 
     assert setup_cell.host_pins(("torch", "no-such-package-bertlib")) == [f"torch=={metadata.version('torch')}"]
+
+
+def test_check_names_a_notebook_it_cannot_set_up_in_one_line_and_fails(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "08_extra.ipynb"
+    cells = [nbformat.v4.new_markdown_cell("# 08 · Extra"), nbformat.v4.new_code_cell(setup_cell.SETUP_MARK)]
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
+    monkeypatch.setattr(setup_cell, "notebooks_to_set_up", lambda: [path])
+    assert setup_cell.main(["--check"]) == 1
+    assert setup_cell.main(["--write-notebooks"]) == 1
+    errors = capsys.readouterr().err.splitlines()
+    assert len(errors) == 2 and all("08_extra.ipynb" in line and "CATALOG has no entry '08'" in line
+                                    for line in errors)

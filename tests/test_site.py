@@ -75,17 +75,46 @@ def test_a_folder_that_is_not_a_site_is_never_replaced(tmp_path):
     assert [p.name for p in out.iterdir()] == ["notes.txt"]
 
 
-def test_a_failed_build_keeps_the_last_good_site(tmp_path):
+def small_course(folder: Path, extra_markdown: str = "") -> list[Path]:
+    """One notebook that opens like a course notebook, in folder/notebooks/, with `extra_markdown` after its title."""
+    path = folder / "notebooks" / "00_introduction.ipynb"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cells = [nbformat.v4.new_markdown_cell(setup_cell.badges_source("notebooks/00_introduction.ipynb")),
+             nbformat.v4.new_markdown_cell("# 00 · A page"), nbformat.v4.new_markdown_cell(extra_markdown or "Text."),
+             nbformat.v4.new_code_cell("print(1)")]
+    notebook = nbformat.v4.new_notebook(cells=cells)
+    notebook.metadata["language_info"] = {"name": "python"}  # as Jupyter saves it: the code's highlighting
+    nbformat.write(notebook, path)
+    return [path]
+
+
+@pytest.mark.parametrize(("markdown", "refusal"), [
+    ("See {ref}`no-such-label`.", r"Sphinx stopped \(exit 0\) or warned(?s:.*)undefined label: 'no-such-label'"),
+    ('<img src="gone.png" alt="a figure the notebook lost">', "missing image gone.png"),
+    ("No badges.", "first cell is not the launch badges"),
+], ids=["sphinx-warning", "missing-image", "no-badges"])
+def test_a_failed_build_keeps_the_last_good_site_and_leaves_nothing_behind(tmp_path, markdown, refusal):
     out = tmp_path / "site"
-    site.build_site(out)
+    site.build_site(out, small_course(tmp_path / "good"))
     good = sorted(p.relative_to(out) for p in out.rglob("*"))
-    broken = tmp_path / "notebooks" / NOTEBOOKS[0].name
-    broken.parent.mkdir()
-    shutil.copy(NOTEBOOKS[0], broken)
-    notebook = nbformat.read(broken, as_version=4)
-    notebook.cells[0].source = "no badges"
-    nbformat.write(notebook, broken)
-    with pytest.raises(site.SiteError, match="first cell is not the launch badges"):
-        site.build_site(out, [broken])
+    broken = small_course(tmp_path / "broken", markdown)
+    if markdown == "No badges.":
+        notebook = nbformat.read(broken[0], as_version=4)
+        notebook.cells[0].source = "No badges."
+        nbformat.write(notebook, broken[0])
+    with pytest.raises(site.SiteError, match=refusal):
+        site.build_site(out, broken)
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == good
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no half-built folder left
+
+
+def test_screenshots_refuse_a_folder_of_other_files_and_a_site_without_the_page(tmp_path):
+    shots = tmp_path / "shots"
+    shots.mkdir()
+    (shots / "mine.png").write_bytes(b"")
+    with pytest.raises(site.SiteError, match="holds more than this command's screenshots"):
+        site._check_screenshots_folder(shots, site.SCREENSHOT_PAGES)
+    site._check_screenshots_folder(tmp_path / "new", site.SCREENSHOT_PAGES)  # absent: fine
+    if shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome"):
+        with pytest.raises(site.SiteError, match="has no page for 04_attention"):
+            site.screenshots(tmp_path, tmp_path / "new", ["04_attention"])

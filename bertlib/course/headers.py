@@ -16,7 +16,10 @@ import json
 import re
 from datetime import date
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from nbformat import NotebookNode
 
 RUN_TIMES_FILE = "run_times.json"
 """In notebooks/: {"03_positional_encodings.ipynb": {"seconds": ..., "device": ..., "date": ...}, ...}."""
@@ -67,9 +70,26 @@ def notebooks_folder(path: Path) -> Path:
 
 
 def read_run_times(folder: Path) -> dict[str, dict[str, Any]]:
-    """The runner's record of the last full run of each notebook in `folder` (notebooks/), or {}."""
+    """The runner's record of the last full run of each notebook in `folder` (notebooks/), or {}; a file that is
+    not such a record is a ValueError that names it."""
     path = folder / RUN_TIMES_FILE
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    if not path.is_file():
+        return {}
+    try:
+        times = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        problem = f"it is not JSON ({error})"
+    else:
+        problem = None if isinstance(times, dict) else "it is not a JSON object"
+    if problem is None:
+        broken = [name for name, run in times.items()
+                  if not (isinstance(run, dict) and isinstance(run.get("seconds"), (int, float))
+                          and isinstance(run.get("device"), str) and isinstance(run.get("date"), str))]
+        problem = f"its entry {broken[0]!r} lacks seconds, device or date" if broken else None
+    if problem is not None:
+        raise ValueError(f"{path}: {problem}; restore it with git checkout, or delete it (the next full "
+                         "`python -m bertlib.course --inplace` run writes it again)")
+    return times
 
 
 def record_run_time(folder: Path, notebook: Path, seconds: float, device: str) -> None:
@@ -85,7 +105,7 @@ def record_run_time(folder: Path, notebook: Path, seconds: float, device: str) -
 _DEVICE_LINE = re.compile(r"^device: (.+?) \| mode: full", re.MULTILINE)
 
 
-def reported_device(notebook) -> str | None:
+def reported_device(notebook: NotebookNode) -> str | None:
     """The device an executed notebook's setup cell printed ("cpu (2 threads)", "cuda (NVIDIA H100 ...)")."""
     for cell in notebook.cells:
         for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
@@ -98,13 +118,13 @@ def reported_device(notebook) -> str | None:
 _GPU_CELL = re.compile(r'^if .*\.type == "cuda":', re.MULTILINE)
 
 
-def has_gpu_cell(notebook) -> bool:
+def has_gpu_cell(notebook: NotebookNode) -> bool:
     """Whether a code cell runs only on a CUDA device: one opening `if ....type == "cuda":` at its top level (the
     GPU training cells of 06 and 07), not a cell that merely picks a dtype or synchronizes there."""
     return any(cell.cell_type == "code" and _GPU_CELL.search(cell.source) for cell in notebook.cells)
 
 
-def reading_minutes(notebook) -> tuple[int, int]:
+def reading_minutes(notebook: NotebookNode) -> tuple[int, int]:
     """(minutes, words): the words of every cell but the badges, the header and the setup cell (the first code
     cell), at WORDS_PER_MINUTE."""
     setup = next((cell for cell in notebook.cells if cell.cell_type == "code"), None)
@@ -122,11 +142,14 @@ def _link(number: str, folder: Path, solutions: bool) -> str:
     return f"[{number}]({'../' if solutions else ''}{target.name})"
 
 
-def header_source(path: Path, notebook, run_times: dict[str, dict[str, Any]]) -> str:
+def header_source(path: Path, notebook: NotebookNode, run_times: dict[str, dict[str, Any]]) -> str:
     """The header cell of the notebook at `path` (a notebook of notebooks/ or notebooks/solutions/)."""
     number = path.name[:2]
     solutions = path.parent.name == "solutions"
-    entry = CATALOG[number]
+    entry = CATALOG.get(number)
+    if entry is None:
+        raise ValueError(f"bertlib.course.headers.CATALOG has no entry {number!r}; add one saying what the notebook "
+                         "builds and which notebooks it builds on")
     if solutions:
         builds = f"the exercises of notebook {number}, solved, each followed by its check in strict mode"
         needs = [_link(number, path.parent, solutions=True)]
@@ -145,5 +168,18 @@ def header_source(path: Path, notebook, run_times: dict[str, dict[str, Any]]) ->
     return "\n".join([
         f"{HEADER_MARK} {builds}.",
         f"- **Builds on:** {', '.join(needs) if needs else 'nothing: start here'}",
-        f"- **Reading:** about {minutes} minutes ({words:,} words) · **Running:** {running} · **GPU cell:** {gpu}",
+        f"- **Reading:** about {minutes} minutes ({words:,} words of prose and code) · **Running:** {running} · "
+        f"**GPU cell:** {gpu}",
     ])
+
+
+def rewrite_header(notebook: NotebookNode, path: Path, run_times: dict[str, dict[str, Any]]) -> bool:
+    """Put the current header into a notebook that has one (its third cell); True when it changed. Only the
+    header: the badges and the setup cell stay as the run that produced the outputs had them."""
+    cells = notebook.cells
+    if len(cells) < 3 or not cells[2].source.startswith(HEADER_MARK):
+        raise ValueError("no header under the title; run python -m bertlib.course.setup_cell --write-notebooks")
+    source = header_source(path, notebook, run_times)
+    changed = cells[2].source != source
+    cells[2].source = source
+    return changed

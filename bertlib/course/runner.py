@@ -108,18 +108,34 @@ def _stream(text: str):
     return nbformat.v4.new_output("stream", name="stdout", text=text)
 
 
+def check_headers(paths: list[Path]) -> None:
+    """Before a full --inplace run: every notebook can take a header and run_times.json can be read, so that
+    recording the run times afterwards cannot fail on either (a ValueError names the file and what to do)."""
+    import nbformat
+
+    from bertlib.course import headers
+
+    for path in paths:
+        times = headers.read_run_times(headers.notebooks_folder(path))  # names run_times.json itself
+        try:
+            headers.rewrite_header(nbformat.read(path, as_version=4), path, times)
+        except ValueError as error:
+            raise ValueError(f"{path}: {error}") from None
+
+
 def record_full_run(path: Path, seconds: float) -> None:
     """Keep a full --inplace run's seconds (and the device the notebook reported) in notebooks/run_times.json,
     and rewrite the notebook's header from it: the header's run time is always the last full run's."""
     import nbformat
 
     from bertlib.basics import atomic_write
-    from bertlib.course import headers, setup_cell
+    from bertlib.course import headers
 
     notebook = nbformat.read(path, as_version=4)
     device = headers.reported_device(notebook) or "a device the notebook did not report"
-    headers.record_run_time(headers.notebooks_folder(path), path, seconds, device)
-    if setup_cell.set_up(notebook, path):
+    folder = headers.notebooks_folder(path)
+    headers.record_run_time(folder, path, seconds, device)
+    if headers.rewrite_header(notebook, path, headers.read_run_times(folder)):
         atomic_write(path, lambda tmp: nbformat.write(notebook, tmp))
 
 
@@ -166,6 +182,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # the kernels write there too
     os.environ["BERTLIB_ARTIFACTS"] = str(artifacts.parent if session.SMOKE else artifacts)
+    record_times = args.inplace and not session.SMOKE
+    if record_times:
+        try:
+            check_headers(paths)
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     out_dir = paths[0].parent if args.inplace else artifacts / "executed" / ("solutions" if args.solutions else "")
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -178,8 +201,11 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as error:  # report every notebook, then fail at the end
             status = failure_status(error)
         seconds = time.perf_counter() - start
-        if status == "ok" and args.inplace and not session.SMOKE:
-            record_full_run(path, seconds)
+        if status == "ok" and record_times:
+            try:
+                record_full_run(path, seconds)
+            except (OSError, ValueError) as error:  # the outputs are saved; only the header lags
+                status = f"FAILED to record its run time: {error}"
         rows.append((path.name, seconds, status))
 
     width = max(len(name) for name, _, _ in rows)

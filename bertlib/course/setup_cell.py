@@ -34,6 +34,10 @@ import sys
 import tempfile
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nbformat import NotebookNode
 
 REPOSITORY = "https://github.com/bert-from-scratch/bert-from-scratch"
 """The course's git repository: the one setting a publisher or a fork changes (then --write-notebooks)."""
@@ -194,7 +198,7 @@ def notebooks_to_set_up() -> list[Path]:
     return sorted(folder.glob("[0-9][0-9]_*.ipynb")) + sorted((folder / "solutions").glob("[0-9][0-9]_*.ipynb"))
 
 
-def setup_cell_of(notebook) -> object:
+def setup_cell_of(notebook: NotebookNode) -> NotebookNode:
     """The setup cell of an nbformat notebook: its first code cell, which must start with SETUP_MARK."""
     cell = next((cell for cell in notebook.cells if cell.cell_type == "code"), None)
     if cell is None or not cell.source.startswith(SETUP_MARK):
@@ -212,7 +216,8 @@ def badges_source(notebook: str, repository: str = REPOSITORY, branch: str = "ma
             f"(https://kaggle.com/kernels/welcome?src={blob})")
 
 
-def set_up(notebook, path: Path, repository: str = REPOSITORY, run_times: dict | None = None) -> bool:
+def set_up(notebook: NotebookNode, path: Path, repository: str = REPOSITORY,
+           run_times: dict[str, dict[str, Any]] | None = None) -> bool:
     """Bring a notebook's opening cells up to date; True when anything changed.
 
     The opening is: the launch badges, the title (a cell of one `# ` line), the header (bertlib.course.headers),
@@ -247,7 +252,7 @@ def set_up(notebook, path: Path, repository: str = REPOSITORY, run_times: dict |
     return changed
 
 
-def _set_up_file(path: Path, repository: str) -> tuple[object, bool]:
+def _set_up_file(path: Path, repository: str) -> tuple[NotebookNode, bool]:
     """The notebook at `path`, `set_up`; a ValueError names the file."""
     import nbformat
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from bertlib.course.headers import BADGE_MARK
+from bertlib.course.session import artifacts_dir
 from bertlib.course.setup_cell import REPOSITORY, notebooks_to_set_up
 
 MARKER = ".bertlib-site"
@@ -110,13 +111,17 @@ def stage(source: Path, notebooks: list[Path], repository: str = REPOSITORY) -> 
     course, solutions = [], []
     for path in notebooks:
         relative = path.relative_to(root.parent)  # notebooks/00_x.ipynb or notebooks/solutions/00_x.ipynb
-        notebook = nbformat.read(path, as_version=4)
+        try:
+            notebook = nbformat.read(path, as_version=4)
+        except (OSError, ValueError, nbformat.ValidationError) as error:
+            raise SiteError(f"{path} cannot be read as a notebook ({error}); restore it with git checkout") from None
         badges = notebook.cells[0] if notebook.cells else None
         if badges is None or badges.cell_type != "markdown" or not badges.source.startswith(BADGE_MARK):
             raise SiteError(f"{path}: its first cell is not the launch badges; run python -m "
                             "bertlib.course.setup_cell --write-notebooks")
-        setup = next(cell for cell in notebook.cells if cell.cell_type == "code")
-        setup.metadata.setdefault("tags", []).append("hide-input")  # folded on the site, as in Jupyter and Colab
+        setup = next((cell for cell in notebook.cells if cell.cell_type == "code"), None)
+        if setup is not None:  # folded on the site, as in Jupyter and Colab
+            setup.metadata.setdefault("tags", []).append("hide-input")
         up = "../" * (len(relative.parts) - 1)
         for url, (file, *_) in BADGE_IMAGES.items():
             badges.source = badges.source.replace(f"]({url})", f"]({up}_static/{file})")
@@ -214,10 +219,15 @@ def build_site(out: Path, notebooks: list[Path] | None = None, repository: str =
         if problems:
             raise SiteError("the built site is broken:\n" + "\n".join(problems))
         (html / MARKER).write_text("built by python -m bertlib.course.site\n", encoding="utf-8")
-        old = Path(work) / "previous"
+        previous = Path(work) / "previous"
         if out.exists():
-            out.rename(old)
-        html.rename(out)
+            out.rename(previous)
+        try:
+            html.rename(out)
+        except OSError:
+            if previous.exists():
+                previous.rename(out)  # the last good site, back where it was
+            raise
     return out
 
 
@@ -237,10 +247,23 @@ class _QuietHandler(SimpleHTTPRequestHandler):
         pass
 
 
+def _check_screenshots_folder(out: Path, pages: Iterable[str]) -> None:
+    """Refuse a folder for screenshots that is a file or holds anything but earlier screenshots of `pages`."""
+    ours = {f"{page}.png" for page in pages}
+    if out.exists() and (not out.is_dir() or any(path.name not in ours for path in out.iterdir())):
+        raise SiteError(f"{out} holds more than this command's screenshots ({', '.join(sorted(ours))}); "
+                        "choose another folder or move it away")
+
+
 def screenshots(site: Path, out: Path, pages: Iterable[str] = SCREENSHOT_PAGES, size: str = "1280,4000") -> list[Path]:
     """Serve `site` on localhost, open each page in headless Chromium (time for MathJax to typeset) and save
-    a PNG of it in `out`; returns the files."""
+    a PNG of it in `out`, written under a temporary name first; returns the files."""
+    pages = list(pages)
     browser = _chromium()
+    _check_screenshots_folder(out, pages)
+    missing = [page for page in pages if not (site / "notebooks" / f"{page}.html").is_file()]
+    if missing:
+        raise SiteError(f"{site} has no page for {', '.join(missing)}: build the site first")
     out.mkdir(parents=True, exist_ok=True)
     server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_QuietHandler, directory=str(site)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -248,15 +271,19 @@ def screenshots(site: Path, out: Path, pages: Iterable[str] = SCREENSHOT_PAGES, 
     try:
         with tempfile.TemporaryDirectory() as profile:
             for page in pages:
-                target = out / f"{page}.png"
+                target, partial_png = out / f"{page}.png", Path(profile) / f"{page}.png"
                 url = f"http://127.0.0.1:{server.server_address[1]}/notebooks/{page}.html"
                 command = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                            f"--user-data-dir={profile}", f"--window-size={size}", "--virtual-time-budget=15000",
-                           f"--screenshot={target}", url]
+                           f"--screenshot={partial_png}", url]
                 started = time.perf_counter()
-                result = subprocess.run(command, capture_output=True, text=True, timeout=180)
-                if result.returncode != 0 or not target.is_file():
+                try:
+                    result = subprocess.run(command, capture_output=True, text=True, timeout=180)
+                except subprocess.TimeoutExpired:
+                    raise SiteError(f"Chromium took over 180 s on {url}; is another Chromium hanging?") from None
+                if result.returncode != 0 or not partial_png.is_file():
                     raise SiteError(f"Chromium could not screenshot {url}:\n{result.stderr[-2000:]}")
+                shutil.move(partial_png, target)
                 print(f"{target} ({time.perf_counter() - started:.1f} s)")
                 saved.append(target)
     finally:
@@ -271,20 +298,23 @@ def _size(folder: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Build the course's website from the committed notebooks (not executed); optionally screenshot it."""
     parser = argparse.ArgumentParser(prog="python -m bertlib.course.site", description=main.__doc__)
-    parser.add_argument("--out", type=Path, default=Path("artifacts/site"),
-                        help="where the HTML goes (default: artifacts/site); open its index.html")
-    parser.add_argument("--screenshots", type=Path, nargs="?", const=Path("artifacts/site-screenshots"),
-                        help="then save screenshots of 00, 04 and 07 here (default: artifacts/site-screenshots)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where the HTML goes (default: the course's artifacts folder, site/); open its index.html")
+    parser.add_argument("--screenshots", type=Path, nargs="?", const=True,
+                        help="then save screenshots of 00, 04 and 07 here (default: artifacts, site-screenshots/)")
     args = parser.parse_args(argv)
     try:
-        if args.screenshots is not None:
-            _chromium()  # before the build, not after it
+        out = args.out or artifacts_dir() / "site"
+        shots = artifacts_dir() / "site-screenshots" if args.screenshots is True else args.screenshots
+        if shots is not None:  # before the build, not after it
+            _chromium()
+            _check_screenshots_folder(shots, SCREENSHOT_PAGES)
         started = time.perf_counter()
-        site = build_site(args.out)
+        site = build_site(out)
         print(f"built {site} in {time.perf_counter() - started:.1f} s: {len(list(site.rglob('*.html')))} pages, "
               f"{_size(site) / 1e6:.1f} MB; open {site / 'index.html'}")
-        if args.screenshots is not None:
-            screenshots(site, args.screenshots)
+        if shots is not None:
+            screenshots(site, shots)
     except SiteError as error:
         print(f"python -m bertlib.course.site: {error}", file=sys.stderr)
         return 1

@@ -156,3 +156,17 @@ def disk_full_halfway(monkeypatch) -> Callable[[], None]:
         raise OSError(28, "No space left on device")
 
     return lambda: monkeypatch.setattr(Path, "write_text", half_then_disk_full)
+
+
+@pytest.fixture
+def run_course() -> Callable[..., subprocess.CompletedProcess]:
+    """`python -m bertlib.course ARGS` over the notebooks in `notebooks`, as a separate process, writing to
+    `artifacts`; in smoke mode unless `smoke=False`."""
+    def run(*args: str, notebooks: Path, artifacts: Path, smoke: bool = True) -> subprocess.CompletedProcess:
+        code = ("import sys; from pathlib import Path; from bertlib.course import runner; "
+                f"runner.notebooks_dir = lambda: Path({str(notebooks)!r}); sys.exit(runner.main(sys.argv[1:]))")
+        env = {**os.environ, "BERTLIB_ARTIFACTS": str(artifacts), "BERTLIB_SMOKE": "1" if smoke else "0"}
+        return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
+                              timeout=300, cwd=Path(__file__).resolve().parents[1])
+
+    return run

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
@@ -220,15 +219,6 @@ def test_needs_lets_a_cell_run_or_says_it_is_skipped(capsys, monkeypatch):
 # ---------------------------------------------------------------------------------------------------------
 
 
-def run_course(*args: str, notebooks: Path, artifacts: Path) -> subprocess.CompletedProcess:
-    """`python -m bertlib.course ARGS` over the notebooks in `notebooks`, as a separate process."""
-    code = ("import sys; from pathlib import Path; from bertlib.course import runner; "
-            f"runner.notebooks_dir = lambda: Path({str(notebooks)!r}); sys.exit(runner.main(sys.argv[1:]))")
-    env = {**os.environ, "BERTLIB_ARTIFACTS": str(artifacts), "BERTLIB_SMOKE": "1"}
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
-                          timeout=300, cwd=ROOT)
-
-
 def test_only_with_no_match_exits_non_zero_and_names_what_there_is():
     result = subprocess.run([sys.executable, "-m", "bertlib.course", "--only", "99"], capture_output=True,
                             text=True, timeout=120, cwd=ROOT)
@@ -237,7 +227,7 @@ def test_only_with_no_match_exits_non_zero_and_names_what_there_is():
 
 
 @pytest.mark.slow
-def test_the_runner_reports_plain_status_and_runs_solutions(tmp_path):
+def test_the_runner_reports_plain_status_and_runs_solutions(tmp_path, run_course):
     notebooks = tmp_path / "notebooks"
     (notebooks / "solutions").mkdir(parents=True)
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 / 0")]),

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
@@ -107,25 +104,16 @@ def course_folder(tmp_path: Path) -> Path:
     return notebooks
 
 
-def run_course(notebooks: Path, tmp_path: Path, *args: str, smoke: bool) -> subprocess.CompletedProcess:
-    """`python -m bertlib.course ARGS` over `notebooks`, in a separate process."""
-    code = ("import sys; from pathlib import Path; from bertlib.course import runner; "
-            f"runner.notebooks_dir = lambda: Path({str(notebooks)!r}); sys.exit(runner.main(sys.argv[1:]))")
-    env = {**os.environ, "BERTLIB_ARTIFACTS": str(tmp_path / "artifacts"), "BERTLIB_SMOKE": "1" if smoke else "0"}
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=300,
-                          cwd=ROOT)
-
-
 @pytest.mark.slow
-def test_only_a_full_inplace_run_records_its_time_and_rewrites_the_header(tmp_path):
+def test_only_a_full_inplace_run_records_its_time_and_rewrites_the_header(tmp_path, run_course):
     notebooks = course_folder(tmp_path)
     path = notebooks / "04_attention.ipynb"
-    smoke = run_course(notebooks, tmp_path, "--inplace", "--only", "04", smoke=True)
+    smoke = run_course("--inplace", "--only", "04", notebooks=notebooks, artifacts=tmp_path / "artifacts")
     assert smoke.returncode == 0, smoke.stdout + smoke.stderr
     assert not (notebooks / headers.RUN_TIMES_FILE).exists()
     assert "not measured yet" in nbformat.read(path, as_version=4).cells[2].source
 
-    full = run_course(notebooks, tmp_path, "--inplace", "--only", "04", smoke=False)
+    full = run_course("--inplace", "--only", "04", notebooks=notebooks, artifacts=tmp_path / "artifacts", smoke=False)
     assert full.returncode == 0, full.stdout + full.stderr
     [(key, run)] = json.loads((notebooks / headers.RUN_TIMES_FILE).read_text(encoding="utf-8")).items()
     assert key == "04_attention.ipynb" and run["device"] == "cpu (2 threads)" and 0 < run["seconds"] < 300
@@ -134,11 +122,11 @@ def test_only_a_full_inplace_run_records_its_time_and_rewrites_the_header(tmp_pa
 
 
 @pytest.mark.slow
-def test_a_full_inplace_run_refuses_before_running_when_a_header_cannot_be_written(tmp_path):
+def test_a_full_inplace_run_refuses_before_running_when_a_header_cannot_be_written(tmp_path, run_course):
     notebooks = course_folder(tmp_path)
     (notebooks / headers.RUN_TIMES_FILE).write_text("[]", encoding="utf-8")
     before = (notebooks / "04_attention.ipynb").read_bytes()
-    result = run_course(notebooks, tmp_path, "--inplace", "--only", "04", smoke=False)
+    result = run_course("--inplace", "--only", "04", notebooks=notebooks, artifacts=tmp_path / "artifacts", smoke=False)
     assert result.returncode == 2
     assert "run_times.json: it is not a JSON object" in result.stderr
     assert (notebooks / "04_attention.ipynb").read_bytes() == before  # nothing ran

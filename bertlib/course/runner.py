@@ -115,8 +115,8 @@ def check_headers(paths: list[Path]) -> None:
 
     from bertlib.course import headers
 
+    times = headers.read_run_times(headers.notebooks_folder(paths[0]))  # names run_times.json itself
     for path in paths:
-        times = headers.read_run_times(headers.notebooks_folder(path))  # names run_times.json itself
         try:
             headers.rewrite_header(nbformat.read(path, as_version=4), path, times)
         except ValueError as error:

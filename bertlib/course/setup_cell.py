@@ -106,10 +106,14 @@ def cell_source(repository: str = REPOSITORY) -> str:
     return _TEMPLATE.replace("@REPOSITORY@", repository)
 
 
+def _github_path(repository: str) -> str:
+    """'owner/name' of a GitHub repository's address."""
+    return repository.removeprefix("https://github.com/").removesuffix(".git").strip("/")
+
+
 def colab_url(notebook: str, repository: str = REPOSITORY, branch: str = "main") -> str:
     """The Colab link that opens `notebook` (e.g. "notebooks/00_introduction.ipynb") from the repository."""
-    path = repository.removeprefix("https://github.com/").removesuffix(".git").strip("/")
-    return f"https://colab.research.google.com/github/{path}/blob/{branch}/{notebook}"
+    return f"https://colab.research.google.com/github/{_github_path(repository)}/blob/{branch}/{notebook}"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -208,8 +212,7 @@ def setup_cell_of(notebook: NotebookNode) -> NotebookNode:
 
 def badges_source(notebook: str, repository: str = REPOSITORY, branch: str = "main") -> str:
     """The launch badges of `notebook` (its path in the repository): Colab, and Kaggle's import from GitHub."""
-    path = repository.removeprefix("https://github.com/").removesuffix(".git").strip("/")
-    blob = f"https://github.com/{path}/blob/{branch}/{notebook}"
+    blob = f"https://github.com/{_github_path(repository)}/blob/{branch}/{notebook}"
     return (f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
             f"({colab_url(notebook, repository, branch)}) "
             f"[![Open in Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)]"
@@ -236,14 +239,12 @@ def set_up(notebook: NotebookNode, path: Path, repository: str = REPOSITORY,
     if title is None or title.cell_type != "markdown" or not title.source.startswith("# ") or "\n" in title.source:
         raise ValueError("the cell after the badges must be the title alone, one line starting with '# '")
     if not (len(cells) > 2 and cells[2].cell_type == "markdown" and cells[2].source.startswith(headers.HEADER_MARK)):
-        cells.insert(2, nbformat.v4.new_markdown_cell(""))
+        cells.insert(2, nbformat.v4.new_markdown_cell(headers.HEADER_MARK))  # filled in just below
     times = run_times if run_times is not None else headers.read_run_times(headers.notebooks_folder(path))
     setup = setup_cell_of(notebook)
-    wanted = [(cells[0], badges_source(f"notebooks/{headers.notebook_key(path)}", repository)),
-              (cells[2], headers.header_source(path, notebook, times)),
-              (setup, cell_source(repository))]
-    changed = False
-    for cell, source in wanted:
+    changed = headers.rewrite_header(notebook, path, times)
+    for cell, source in [(cells[0], badges_source(f"notebooks/{headers.notebook_key(path)}", repository)),
+                         (setup, cell_source(repository))]:
         if cell.source != source:
             cell.source, changed = source, True
     for key, value in FOLDED.items():

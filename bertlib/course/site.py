@@ -27,7 +27,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from bertlib.course.headers import BADGE_MARK
+from bertlib.course.headers import BADGE_MARK, notebook_key
 from bertlib.course.session import artifacts_dir
 from bertlib.course.setup_cell import REPOSITORY, notebooks_to_set_up
 
@@ -107,10 +107,9 @@ def stage(source: Path, notebooks: list[Path], repository: str = REPOSITORY) -> 
     (source / "_static").mkdir(parents=True)
     for file, left, right, colour in BADGE_IMAGES.values():
         (source / "_static" / file).write_text(badge_svg(left, right, colour), encoding="utf-8")
-    root = notebooks[0].parent if notebooks[0].parent.name != "solutions" else notebooks[0].parent.parent
     course, solutions = [], []
     for path in notebooks:
-        relative = path.relative_to(root.parent)  # notebooks/00_x.ipynb or notebooks/solutions/00_x.ipynb
+        relative = Path("notebooks", notebook_key(path))  # notebooks/00_x.ipynb or notebooks/solutions/00_x.ipynb
         try:
             notebook = nbformat.read(path, as_version=4)
         except (OSError, ValueError, nbformat.ValidationError) as error:
@@ -182,8 +181,7 @@ def check_site(html: Path, notebooks: Iterable[str]) -> list[str]:
 
 def _page_names(notebooks: list[Path]) -> list[str]:
     """'notebooks/00_introduction', 'notebooks/solutions/00_introduction', ...: each notebook's page."""
-    return [("notebooks/solutions/" if path.parent.name == "solutions" else "notebooks/") + path.stem
-            for path in notebooks]
+    return [f"notebooks/{notebook_key(path).removesuffix('.ipynb')}" for path in notebooks]
 
 
 def _check_out(out: Path) -> None:

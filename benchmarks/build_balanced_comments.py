@@ -27,9 +27,9 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bertlib.basics import atomic_write  # noqa: E402
 from bertlib.data.comments import load_comments, locate_comments
 from bertlib.data.files import DataError  # noqa: E402
-from bertlib.training.checkpoint import atomic_write  # noqa: E402
 
 
 def balanced_sample(texts: list[str], toxic: np.ndarray, size: int, seed: int) -> pd.DataFrame:

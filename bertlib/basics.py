@@ -62,11 +62,14 @@ def lazy_exports(package: str, exports: Mapping[str, tuple[str, ...]]) -> tuple[
     def __getattr__(name: str):
         if name not in home:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        module = f"{package}.{home[name]}"
+        module = import_module(f"{package}.{home[name]}")
         try:
-            value = getattr(import_module(module), name)
+            value = getattr(module, name)
         except AttributeError:
-            value = import_module(f"{module}.{name}")
+            if not hasattr(module, "__path__"):  # only a package has submodules to import
+                raise AttributeError(f"{package} exports {name!r} from {module.__name__}, which has no such name; "
+                                     f"fix the table in {package}/__init__.py") from None
+            value = import_module(f"{module.__name__}.{name}")
         setattr(sys.modules[package], name, value)
         return value
 

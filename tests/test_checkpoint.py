@@ -9,11 +9,11 @@ import sys
 import pytest
 import torch
 
+from bertlib.basics import atomic_write
 from bertlib.training import devices
 from bertlib.training.checkpoint import (
     CheckpointError,
     OutDirError,
-    atomic_write,
     check_out_dir,
     checkpoint_step,
     latest_checkpoint,

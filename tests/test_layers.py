@@ -163,3 +163,32 @@ def test_a_checker_imports_no_other_checker_and_no_private_name(checker):
             assert not (node.module or "").startswith("nb"), f"{checker} imports the checker {node.module}"
             private = [alias.name for alias in node.names if alias.name.startswith("_")]
             assert not private, f"{checker} imports private names {private} from {node.module or '.'}"
+
+
+PACKAGES = ["bertlib", *(f"bertlib.{path.name}" for path in sorted(PACKAGE.iterdir())
+                         if (path / "__init__.py").is_file())]
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_name_a_package_exports_resolves(package):
+    import importlib
+
+    module = importlib.import_module(package)
+    missing = [name for name in module.__all__ if not _resolves(module, name)]
+    assert not missing, f"{package}/__init__.py exports names its modules do not have: {missing}"
+
+
+def _resolves(module, name: str) -> bool:
+    try:
+        getattr(module, name)
+    except (AttributeError, ImportError):
+        return False
+    return True
+
+
+def test_a_stale_export_names_the_table_to_fix():
+    from bertlib.basics import lazy_exports
+
+    getattr_, _, _ = lazy_exports("bertlib", {"basics": ("no_such_helper",)})
+    with pytest.raises(AttributeError, match="bertlib exports 'no_such_helper' from bertlib.basics, which has no"):
+        getattr_("no_such_helper")

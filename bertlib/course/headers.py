@@ -92,14 +92,16 @@ def read_run_times(folder: Path) -> dict[str, dict[str, Any]]:
     return times
 
 
-def record_run_time(folder: Path, notebook: Path, seconds: float, device: str) -> None:
-    """Keep `seconds` and the device the notebook reported as its last full run, in folder/run_times.json."""
+def record_run_time(folder: Path, notebook: Path, seconds: float, device: str) -> dict[str, dict[str, Any]]:
+    """Keep `seconds` and the device the notebook reported as its last full run, in folder/run_times.json;
+    returns the whole record as written."""
     from bertlib.basics import atomic_write
 
     times = read_run_times(folder)
     times[notebook_key(notebook)] = {"seconds": round(seconds, 1), "device": device, "date": date.today().isoformat()}
     text = json.dumps(dict(sorted(times.items())), indent=2, ensure_ascii=False) + "\n"
     atomic_write(folder / RUN_TIMES_FILE, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    return times
 
 
 _DEVICE_LINE = re.compile(r"^device: (.+?) \| mode: full", re.MULTILINE)

@@ -54,7 +54,7 @@ every committed notebook stays under 1 MB, which GitHub's preview can show (test
 
 
 def use_course_style() -> None:
-    """Draw every figure from here on at FIGURE_DPI (the setup cell calls it once per notebook)."""
+    """Draw the notebook's own figures at FIGURE_DPI too (the setup cell calls it); this module's use it always."""
     plt.rcParams["figure.dpi"] = FIGURE_DPI
     plt.rcParams["savefig.dpi"] = FIGURE_DPI
 
@@ -94,7 +94,7 @@ def draw_heatmap(
 
 def heatmap(matrix: ArrayLike, title: str = "", figsize: tuple[float, float] = (6, 4.5), **options) -> Figure:
     """One matrix as a heatmap; `options` are those of `draw_heatmap` (labels, axis names, cmap, ...)."""
-    fig, ax = plt.subplots(figsize=figsize, layout="constrained")
+    fig, ax = plt.subplots(figsize=figsize, layout="constrained", dpi=FIGURE_DPI)
     draw_heatmap(ax, matrix, title=title, **options)
     return fig
 
@@ -117,7 +117,7 @@ def heatmaps(
     ncols = ncols or len(arrays)
     nrows = math.ceil(len(arrays) / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols, panel_size[1] * nrows),
-                             layout="constrained", squeeze=False)
+                             layout="constrained", squeeze=False, dpi=FIGURE_DPI)
     for ax, (name, values) in zip(axes.flat, arrays.items(), strict=False):
         draw_heatmap(ax, values, title=name, **options)
     for ax in axes.flat[len(arrays):]:
@@ -145,7 +145,7 @@ def attention_heatmaps(
     nrows = math.ceil(heads / ncols)
     side = max(3.0, 0.22 * len(tokens) + 1.0)
     fig, axes = plt.subplots(nrows, ncols, figsize=(side * ncols, side * nrows), layout="constrained",
-                             squeeze=False)
+                             squeeze=False, dpi=FIGURE_DPI)
     for head, ax in enumerate(axes.flat):
         if head >= heads:
             ax.axis("off")
@@ -170,7 +170,7 @@ _COLOURS = {"input": "#dbe9f6", "attention": "#fde2c8", "norm": "#e4f2d9", "ffn"
 
 def _diagram(figsize: tuple[float, float], title: str) -> tuple[Figure, Axes]:
     """An empty canvas with data coordinates 0..figsize (one unit an inch), no axes drawn."""
-    fig, ax = plt.subplots(figsize=figsize)
+    fig, ax = plt.subplots(figsize=figsize, dpi=FIGURE_DPI)
     ax.set_xlim(0, figsize[0])
     ax.set_ylim(0, figsize[1])
     ax.set_aspect("equal")
@@ -277,7 +277,7 @@ def multihead_diagram(seq_len: int = 6, hidden: int = 12, num_heads: int = 3) ->
         raise ValueError(f"hidden={hidden} must be a multiple of num_heads={num_heads}")
     head_dim = hidden // num_heads
     colours = plt.get_cmap("tab10")
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), layout="constrained")
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), layout="constrained", dpi=FIGURE_DPI)
     heads_of_columns = np.repeat(np.arange(num_heads), head_dim)[None, :].repeat(seq_len, 0)
     axes[0].imshow(heads_of_columns, cmap=colours, vmin=0, vmax=9, aspect="auto")
     axes[0].set_title(f"Q: (seq, hidden) = ({seq_len}, {hidden})\ncolour = the head a column goes to", fontsize=10)

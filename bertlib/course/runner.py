@@ -133,9 +133,8 @@ def record_full_run(path: Path, seconds: float) -> None:
 
     notebook = nbformat.read(path, as_version=4)
     device = headers.reported_device(notebook) or "a device the notebook did not report"
-    folder = headers.notebooks_folder(path)
-    headers.record_run_time(folder, path, seconds, device)
-    if headers.rewrite_header(notebook, path, headers.read_run_times(folder)):
+    times = headers.record_run_time(headers.notebooks_folder(path), path, seconds, device)
+    if headers.rewrite_header(notebook, path, times):
         atomic_write(path, lambda tmp: nbformat.write(notebook, tmp))
 
 

@@ -269,7 +269,7 @@ def keep(exercise_id: str, solution: Any, folder: str | Path | None = None, *, q
     A piece that does not pass also removes the copy kept earlier, so later notebooks run what this
     notebook holds now.
     """
-    from bertlib.training.checkpoint import atomic_write
+    from bertlib.basics import atomic_write
 
     folder = Path(folder) if folder is not None else default_folder()
     path = folder / f"{exercise_id}.py"

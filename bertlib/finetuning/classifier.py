@@ -21,11 +21,11 @@ import numpy as np
 import pandas as pd
 import torch
 
+from bertlib.basics import atomic_write
 from bertlib.finetuning.batching import PadCollator
 from bertlib.model.bert import BertForSequenceClassification
 from bertlib.model.config import BertConfig
 from bertlib.text.fast_tokenizer import check_texts, encode_texts, load_tokenizer
-from bertlib.training.checkpoint import atomic_write
 
 CLASSIFIER_FILE = "classifier.json"
 """What `ToxicityClassifier.save` writes next to the transformers files: labels, thresholds, max_len."""

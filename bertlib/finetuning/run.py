@@ -62,12 +62,13 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from bertlib.basics import atomic_write
 from bertlib.data.comments import load_comments, load_kaggle_test
 from bertlib.data.labels import task_labels
 from bertlib.finetuning.metrics import evaluate, with_intervals
 from bertlib.finetuning.recipe import FineTuneConfig, FineTuneResult, fine_tune, fit_baseline
 from bertlib.finetuning.split import PreparedComments, prepare_comments
-from bertlib.training.checkpoint import DiskFullError, atomic_write, check_out_dir, latest_checkpoint
+from bertlib.training.checkpoint import DiskFullError, check_out_dir, latest_checkpoint
 from bertlib.training.lock import RunLockedError
 from bertlib.training.trainer import NonFiniteLossError
 

@@ -264,7 +264,7 @@ def save_pretrained(
 ) -> Path:
     """Write config.json + model.safetensors (+ vocab.txt) that transformers' from_pretrained loads.
 
-    Each file is written with bertlib.training.checkpoint.atomic_write (a temporary file, then a rename), so an
+    Each file is written with bertlib.basics.atomic_write (a temporary file, then a rename), so an
     interrupted save never leaves a half-written file behind.
     """
     from safetensors.torch import save_file

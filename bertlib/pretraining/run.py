@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from bertlib.basics import atomic_write
 from bertlib.model.bert import BertForPreTraining
 from bertlib.model.config import BertConfig
 from bertlib.pretraining.mlm import MaskingCollator, pretraining_metrics
@@ -39,7 +40,7 @@ from bertlib.pretraining.nsp import PretrainingDataset, create_instances_from_id
 from bertlib.pretraining.packing import PackedDataset, packed_windows
 from bertlib.text.wordpiece import WordPieceTokenizer
 from bertlib.text.wordpiece_trainer import train_wordpiece
-from bertlib.training.checkpoint import DiskFullError, OutDirError, atomic_write, check_out_dir, latest_checkpoint
+from bertlib.training.checkpoint import DiskFullError, OutDirError, check_out_dir, latest_checkpoint
 from bertlib.training.config import TrainingConfig
 from bertlib.training.history import History
 from bertlib.training.lock import RunLock, RunLockedError

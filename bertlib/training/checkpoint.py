@@ -1,6 +1,7 @@
 """Files a training run leaves behind: atomic writes, the out folder, checkpoint names, safe loading.
 
-    from bertlib.training.checkpoint import atomic_write, check_out_dir, latest_checkpoint, load_checkpoint
+    from bertlib.basics import atomic_write
+    from bertlib.training.checkpoint import check_out_dir, latest_checkpoint, load_checkpoint
     out = check_out_dir("runs/mlm")                          # a folder we can write, created now, not mid-run
     atomic_write(out / "notes.txt", lambda tmp: tmp.write_text("..."))   # whole or untouched, never half
     save_checkpoint(state, out / checkpoint_name(step))

@@ -1,6 +1,6 @@
 """Which pretraining recipe lets the course's BERT learn context on the shipped corpus within a CPU budget?
 
-Issue 18: notebook 06's CPU run on `data/corpus` (60 documents, ~56 k tokens) ends on the "frequency plateau":
+Issue 18: notebook 06's CPU run on `data/corpus` (then 60 documents, ~56 k tokens) ended on the "frequency plateau":
 the MLM head answers the commonest pieces whatever the sentence. This script trains one configuration after
 another (vocabulary trainer and size, model size, learning rate and warmup, sequence length, packing, dropout,
 NSP on or off, whole-word masking) with a plain loop on ONE torch thread, and measures each on held-out

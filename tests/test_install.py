@@ -96,14 +96,15 @@ def test_a_wheel_carries_the_sample_and_the_notebooks_and_runs_from_another_fold
              "print(json.dumps({'package': str(course.PACKAGE), 'checkout': course.IN_CHECKOUT, "
              "'data': str(data.sample_dir()), 'rows': len(comments), 'corpus': len(data.load_corpus()), "
              "'notebooks': [p.name for p in runner.notebook_paths() + runner.notebook_paths(solutions=True)], "
-             "'artifacts': str(course.artifacts_dir())}))")
+             "'artifacts': str(course.artifacts_dir()), "
+             "'long_run': (data.sample_dir() / 'long_cpu_run' / 'pretrained' / 'model.safetensors').is_file()}))")
     result = subprocess.run([python, "-c", probe], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     found = json.loads(result.stdout.strip().splitlines()[-1])
     site = Path(sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)}))
     assert Path(found["package"]) == site / "bertlib" and not found["checkout"]
     assert Path(found["data"]) == site / "bertlib" / "sample_data"
-    assert found["rows"] > 0 and found["corpus"] > 0
+    assert found["rows"] > 0 and found["corpus"] > 0 and found["long_run"]
     expected = [p.name for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))]
     expected += [p.name for p in sorted((ROOT / "notebooks" / "solutions").glob("[0-9][0-9]_*.ipynb"))]
     assert found["notebooks"] == expected

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from bertlib.pretraining.mlm import MaskingCollator
-from bertlib.pretraining.yardsticks import Guessers, score_masked_positions, wilson_interval
+from bertlib.pretraining.yardsticks import Guessers, function_word_blanks, score_masked_positions, wilson_interval
 from bertlib.text.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
 
 WORDS = ["red", "green", "blue", "black"]
@@ -87,3 +87,15 @@ def test_a_model_that_always_says_the_commonest_token_scores_exactly_the_frequen
                                                            (10, 10, 0.7225, 1.0)])
 def test_the_wilson_interval_matches_its_published_values(hits, count, low, high):
     assert wilson_interval(hits, count) == pytest.approx((low, high), abs=1e-4)
+
+
+def test_every_function_word_becomes_one_blank_with_the_widest_context_that_fits():
+    letters = WordPieceTokenizer([*SPECIAL_TOKENS, *"abcdefghijklmnopqrstuvwxyz",
+                                  *(f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz")])
+    text = "One two three four five six is seven eight nine ten eleven twelve. Go To bed."
+    wide = function_word_blanks([text], ["is", "to"], letters, most_tokens=200)
+    assert wide == [("two three four five six [MASK] seven eight nine ten eleven", "is"),
+                    ("Go [MASK] bed.", "to")]  # five words each side at most, within the sentence
+    narrow = function_word_blanks([text], ["is"], letters, most_tokens=len(letters.text_to_ids("six is seven")))
+    assert narrow == [("six [MASK] seven", "is")]  # the context shrinks until its pieces fit
+    assert function_word_blanks([text], ["is"], letters, most_tokens=2) == []  # not even one word each side fits

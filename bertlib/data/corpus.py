@@ -2,7 +2,7 @@
 
 BERT is pretrained on documents, not on loose sentences: next-sentence prediction draws its "not next"
 sentence from another document, so every `Document` keeps an id that says where it came from
-("corpus/05_coffee.txt", "reviews.txt#3", "writeups.csv#12"), and a reader can trace any sentence back.
+("corpus/008_volcanoes.txt", "reviews.txt#3", "writeups.csv#12"), and a reader can trace any sentence back.
 A `Corpus` is a list of documents plus its source and the inputs that were skipped as empty.
 
 Readers: a folder of .txt files or one file (`load_corpus`: one document per file, or documents separated
@@ -117,7 +117,7 @@ def _split_blank_lines(text: str) -> list[str]:
 def load_corpus(path: str | Path | None = None, *, split: str = "file") -> Corpus:
     """Documents from a .txt file or a folder of them (recursive); the default is the shipped data/corpus.
 
-    split="file": one document per file, ids like "corpus/05_coffee.txt".
+    split="file": one document per file, ids like "corpus/008_volcanoes.txt".
     split="blank_lines": documents separated by blank lines, ids like "reviews.txt#3" (from 1).
     """
     if split not in ("file", "blank_lines"):

@@ -16,5 +16,6 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
             "FinishedRun", "load_finished_run"),
     "sources": ("PretrainingSource", "PRETRAINING_SOURCES", "CorpusUnavailableError", "describe_pretraining_corpus",
                 "pretraining_corpus", "kaggle_comment_documents"),
-    "yardsticks": ("Guessers", "wilson_interval", "MaskedScores", "score_masked_positions"),
+    "yardsticks": ("Guessers", "wilson_interval", "MaskedScores", "score_masked_positions", "FUNCTION_WORDS",
+                   "function_word_blanks"),
 })

@@ -13,11 +13,13 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
 from bertlib.basics import IGNORE_INDEX
+from bertlib.text.sentences import split_sentences
 
 
 class Guessers:
@@ -145,3 +147,29 @@ def score_masked_positions(model: nn.Module, items: Sequence, collator, guessers
         raise ValueError("score_masked_positions: no position was replaced by [MASK]; give more items or passes")
     return MaskedScores(masked, model_hits, frequency_hits, bigram_hits, model_loss / masked, unigram_loss / masked,
                         nsp_hits / nsp_count if nsp_count else float("nan"))
+
+
+FUNCTION_WORDS = ("is", "to", "from", "into", "than", "when")  # grammar a frequency guesser cannot fill in
+
+
+def function_word_blanks(texts: Iterable[str], words: Sequence[str], tokenizer: Any,
+                         most_tokens: int) -> list[tuple[str, str]]:
+    """Fill-mask probes: (text with one [MASK], answer) for every occurrence of a word of `words` in `texts`.
+
+    None is chosen by hand. Each keeps the widest context of up to five words either side whose pieces fit in
+    `most_tokens` (the positions the model was trained on, less [CLS] and [SEP]).
+    """
+    wanted = {word.lower() for word in words}
+    probes = []
+    for text in texts:
+        for sentence in split_sentences(text):
+            tokens = sentence.split()
+            for at, token in enumerate(tokens):
+                if token.lower() not in wanted:
+                    continue
+                for side in (5, 4, 3, 2, 1):
+                    probe = " ".join(tokens[max(0, at - side):at] + ["[MASK]"] + tokens[at + 1:at + 1 + side])
+                    if len(tokenizer.text_to_ids(probe)) <= most_tokens:
+                        probes.append((probe, token.lower()))
+                        break
+    return probes

@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import shlex
 
-import pytest
-
 from bertlib.data import load_corpus, sample_dir
 from bertlib.pretraining import Guessers, MaskingCollator, load_finished_run, score_masked_positions
 from bertlib.pretraining.run import RECIPES
@@ -46,7 +44,6 @@ def test_the_run_used_todays_cpu_recipe_on_todays_corpus():
     assert args["max_documents"] is None and args["vocab"] is None and args["seed"] == 0
 
 
-@pytest.mark.slow
 def test_the_shipped_weights_are_trained_ones_that_read_context():
     run = load_finished_run(RUN)
     assert 0 < len(run.held_out_texts) < len(load_corpus())

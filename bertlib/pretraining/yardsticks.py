@@ -4,7 +4,8 @@ A model that has learnt only which tokens are common (the token-frequency platea
 scores about as well as always guessing the commonest token; one that reads its neighbours beats a bigram
 guesser, which guesses the token that most often followed the one to the left in the training text.
 Accuracy is counted at the positions replaced by [MASK] only: the 10% of chosen positions left unchanged
-show the answer, the 10% replaced by a random token are not what fill-mask asks.
+show the answer, the 10% replaced by a random token are not what fill-mask asks. `function_word_blanks` makes
+the fill-mask probes of notebook 06: every *is*, *to*, *from* ... of a held-out text, blanked out in its context.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
                 "pretrained_bert_source", "checkpoint_name", "pretrained_file", "needs", "show"),
     "setup_cell": ("REPOSITORY", "PROTECTED", "NO_DEPS", "SETUP_MARK", "FOLDED", "cell_source", "colab_url",
                    "host_pins", "InstallFailed", "pip_failure", "install_requirements", "install",
-                   "notebooks_to_set_up", "setup_cell_of", "badges_source", "set_up", "write_notebooks",
+                   "notebooks_to_set_up", "setup_cell_of", "badges_source", "set_up", "set_up_files", "write_notebooks",
                    "stale_notebooks"),
     "site": ("MARKER", "BADGE_IMAGES", "SCREENSHOT_PAGES", "SiteError", "badge_svg", "stage", "check_site",
              "build_site", "screenshots"),

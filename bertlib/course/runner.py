@@ -111,16 +111,9 @@ def _stream(text: str):
 def check_headers(paths: list[Path]) -> None:
     """Before a full --inplace run: every notebook can take a header and run_times.json can be read, so that
     recording the run times afterwards cannot fail on either (a ValueError names the file and what to do)."""
-    import nbformat
+    from bertlib.course.setup_cell import set_up_files
 
-    from bertlib.course import headers
-
-    times = headers.read_run_times(headers.notebooks_folder(paths[0]))  # names run_times.json itself
-    for path in paths:
-        try:
-            headers.rewrite_header(nbformat.read(path, as_version=4), path, times)
-        except ValueError as error:
-            raise ValueError(f"{path}: {error}") from None
+    set_up_files(paths)  # in memory only: nothing is written
 
 
 def record_full_run(path: Path, seconds: float) -> None:

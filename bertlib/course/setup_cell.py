@@ -210,17 +210,20 @@ def setup_cell_of(notebook: NotebookNode) -> NotebookNode:
     return cell
 
 
+COLAB_BADGE_IMAGE = "https://colab.research.google.com/assets/colab-badge.svg"
+KAGGLE_BADGE_IMAGE = "https://kaggle.com/static/images/open-in-kaggle.svg"
+"""The badges' images; the site (bertlib.course.site) serves local copies in their place."""
+
+
 def badges_source(notebook: str, repository: str = REPOSITORY, branch: str = "main") -> str:
     """The launch badges of `notebook` (its path in the repository): Colab, and Kaggle's import from GitHub."""
     blob = f"https://github.com/{_github_path(repository)}/blob/{branch}/{notebook}"
-    return (f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
-            f"({colab_url(notebook, repository, branch)}) "
-            f"[![Open in Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)]"
-            f"(https://kaggle.com/kernels/welcome?src={blob})")
+    return (f"[![Open In Colab]({COLAB_BADGE_IMAGE})]({colab_url(notebook, repository, branch)}) "
+            f"[![Open in Kaggle]({KAGGLE_BADGE_IMAGE})](https://kaggle.com/kernels/welcome?src={blob})")
 
 
-def set_up(notebook: NotebookNode, path: Path, repository: str = REPOSITORY,
-           run_times: dict[str, dict[str, Any]] | None = None) -> bool:
+def set_up(notebook: NotebookNode, path: Path, run_times: dict[str, dict[str, Any]],
+           repository: str = REPOSITORY) -> bool:
     """Bring a notebook's opening cells up to date; True when anything changed.
 
     The opening is: the launch badges, the title (a cell of one `# ` line), the header (bertlib.course.headers),
@@ -240,9 +243,8 @@ def set_up(notebook: NotebookNode, path: Path, repository: str = REPOSITORY,
         raise ValueError("the cell after the badges must be the title alone, one line starting with '# '")
     if not (len(cells) > 2 and cells[2].cell_type == "markdown" and cells[2].source.startswith(headers.HEADER_MARK)):
         cells.insert(2, nbformat.v4.new_markdown_cell(headers.HEADER_MARK))  # filled in just below
-    times = run_times if run_times is not None else headers.read_run_times(headers.notebooks_folder(path))
     setup = setup_cell_of(notebook)
-    changed = headers.rewrite_header(notebook, path, times)
+    changed = headers.rewrite_header(notebook, path, run_times)
     for cell, source in [(cells[0], badges_source(f"notebooks/{headers.notebook_key(path)}", repository)),
                          (setup, cell_source(repository))]:
         if cell.source != source:
@@ -253,15 +255,24 @@ def set_up(notebook: NotebookNode, path: Path, repository: str = REPOSITORY,
     return changed
 
 
-def _set_up_file(path: Path, repository: str) -> tuple[NotebookNode, bool]:
-    """The notebook at `path`, `set_up`; a ValueError names the file."""
+def set_up_files(paths: list[Path], repository: str = REPOSITORY) -> list[tuple[Path, NotebookNode, bool]]:
+    """Each notebook at `paths`, read and `set_up` in memory (run_times.json read once): (path, notebook,
+    changed). A ValueError names the file."""
     import nbformat
 
-    notebook = nbformat.read(path, as_version=4)
-    try:
-        return notebook, set_up(notebook, path, repository)
-    except ValueError as error:
-        raise ValueError(f"{path}: {error}") from None
+    from bertlib.course import headers
+
+    if not paths:
+        return []
+    run_times = headers.read_run_times(headers.notebooks_folder(paths[0]))  # names run_times.json itself
+    results = []
+    for path in paths:
+        notebook = nbformat.read(path, as_version=4)
+        try:
+            results.append((path, notebook, set_up(notebook, path, run_times, repository)))
+        except ValueError as error:
+            raise ValueError(f"{path}: {error}") from None
+    return results
 
 
 def write_notebooks(paths: list[Path] | None = None, repository: str = REPOSITORY) -> list[Path]:
@@ -271,8 +282,7 @@ def write_notebooks(paths: list[Path] | None = None, repository: str = REPOSITOR
     from bertlib.basics import atomic_write
 
     changed = []
-    for path in paths if paths is not None else notebooks_to_set_up():
-        notebook, stale = _set_up_file(path, repository)
+    for path, notebook, stale in set_up_files(paths if paths is not None else notebooks_to_set_up(), repository):
         if stale:
             atomic_write(path, lambda tmp, notebook=notebook: nbformat.write(notebook, tmp))
             changed.append(path)
@@ -281,7 +291,7 @@ def write_notebooks(paths: list[Path] | None = None, repository: str = REPOSITOR
 
 def stale_notebooks(repository: str = REPOSITORY) -> list[Path]:
     """The notebooks whose badges, header or setup cell differ from what `set_up` writes."""
-    return [path for path in notebooks_to_set_up() if _set_up_file(path, repository)[1]]
+    return [path for path, _, stale in set_up_files(notebooks_to_set_up(), repository) if stale]
 
 
 def main(argv: list[str] | None = None) -> int:

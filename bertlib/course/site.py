@@ -29,14 +29,14 @@ from urllib.parse import unquote, urlsplit
 
 from bertlib.course.headers import BADGE_MARK, notebook_key
 from bertlib.course.session import artifacts_dir
-from bertlib.course.setup_cell import REPOSITORY, notebooks_to_set_up
+from bertlib.course.setup_cell import COLAB_BADGE_IMAGE, KAGGLE_BADGE_IMAGE, REPOSITORY, notebooks_to_set_up
 
 MARKER = ".bertlib-site"
 """A file in every folder this command builds: the only kind of folder --out may replace."""
 
 BADGE_IMAGES = {
-    "https://colab.research.google.com/assets/colab-badge.svg": ("open-in-colab.svg", "Open in", "Colab", "#e37400"),
-    "https://kaggle.com/static/images/open-in-kaggle.svg": ("open-in-kaggle.svg", "Open in", "Kaggle", "#1a8ccf"),
+    COLAB_BADGE_IMAGE: ("open-in-colab.svg", "Open in", "Colab", "#e37400"),
+    KAGGLE_BADGE_IMAGE: ("open-in-kaggle.svg", "Open in", "Kaggle", "#1a8ccf"),
 }
 """The badge images the notebooks link to, and the local copies the site serves instead: file, two words, colour."""
 

@@ -1,6 +1,7 @@
 """Notebook 07, fine-tuning on toxic comments: splits without leaks (split), padded batches (batching), the
 classifier with its tokenizer and thresholds (classifier), metrics, the TF-IDF baseline, a fairness check, the
-recipe, the whole run behind `python -m bertlib.finetune` (run), and `python -m bertlib.predict` (predict).
+recipe, the whole run behind `python -m bertlib.finetune` (run), `python -m bertlib.predict` (predict), and whether
+pretraining paid off over repeated splits and seeds (payoff).
 """
 
 from bertlib.basics import lazy_exports
@@ -13,6 +14,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "metrics": ("as_2d", "MIN_POSITIVES_TO_TUNE", "tune_thresholds", "untuned_labels", "TOO_FEW_POSITIVES",
                 "TOO_FEW_NEGATIVES", "METRICS", "evaluate", "with_intervals", "confusion_matrices",
                 "confident_mistakes"),
+    "payoff": ("Arm", "Split", "repeated_splits", "compare_arms", "Gain", "paired_gain", "control_key"),
     "predict": ("EMPTY", "Comments", "read_comments", "score"),
     "recipe": ("FineTuneConfig", "FineTuneResult", "make_batch_sampler", "fine_tune", "fit_baseline"),
     "run": ("RunConfig", "RunResult", "json_safe", "FineTuneError", "FIXED_FINETUNE_ARGS", "SETTINGS_FILE",

@@ -1,0 +1,114 @@
+"""Does pretraining pay off: repeated splits, the runs of every arm, and the paired gain with its corrected interval."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from bertlib import BertConfig, BertForPreTraining, hf
+from bertlib.finetuning import FineTuneConfig, ToxicityClassifier
+from bertlib.finetuning.payoff import Arm, compare_arms, paired_gain, repeated_splits
+
+
+def _labels(n: int = 120, positives: int = 24) -> np.ndarray:
+    labels = np.zeros((n, 1), dtype=np.int64)
+    labels[np.random.default_rng(0).choice(n, positives, replace=False)] = 1
+    return labels
+
+
+def test_repeated_splits_are_disjoint_stratified_and_differ_from_each_other():
+    labels = _labels()
+    splits = repeated_splits(labels, 3, val_size=0.15, test_size=0.3, seed=7)
+    for split in splits:
+        parts = [set(split.train), set(split.val), set(split.test)]
+        assert sum(map(len, parts)) == len(labels) and not (parts[0] & parts[1] or parts[0] & parts[2]
+                                                            or parts[1] & parts[2])
+        assert abs(labels[split.test].mean() - labels.mean()) < 0.03
+    assert len({tuple(split.test) for split in splits}) == 3
+
+
+def test_a_smaller_training_part_keeps_its_share_of_positives_and_leaves_validation_and_test_whole():
+    labels = _labels()
+    whole = repeated_splits(labels, 2, seed=0)
+    few = repeated_splits(labels, 2, seed=0, train_size=30)
+    for a, b in zip(whole, few, strict=True):
+        assert len(b.train) == 30 and set(b.train) <= set(a.train)
+        assert labels[b.train].sum() == round(30 * labels[a.train].mean())
+        assert (a.val == b.val).all() and (a.test == b.test).all()
+    with pytest.raises(ValueError, match="train_size"):
+        repeated_splits(labels, 2, train_size=1000)
+    with pytest.raises(ValueError, match="at least 2"):
+        repeated_splits(labels, 1)
+
+
+def _scores(gains_per_split: list[float], seeds: int = 2) -> pd.DataFrame:
+    rows = []
+    for split, gain in enumerate(gains_per_split):
+        for seed in range(seeds):
+            control = 0.8 + 0.01 * seed + 0.02 * split
+            rows += [{"arm": "control", "split": split, "seed": seed, "roc_auc": control},
+                     {"arm": "pretrained", "split": split, "seed": seed, "roc_auc": control + gain}]
+        rows.append({"arm": "tfidf", "split": split, "seed": -1, "roc_auc": 0.9})
+    return pd.DataFrame(rows)
+
+
+def test_the_gain_is_the_mean_over_splits_with_the_nadeau_bengio_interval():
+    gains = [0.05, 0.02, 0.04, 0.03, 0.06]
+    gain = paired_gain(_scores(gains), "pretrained", "control", n_train=200, n_test=100)
+    assert gain.mean == pytest.approx(np.mean(gains))
+    half = stats.t.ppf(0.975, 4) * math.sqrt(np.var(gains, ddof=1) * (1 / 5 + 100 / 200))
+    assert (gain.low, gain.high) == pytest.approx((np.mean(gains) - half, np.mean(gains) + half))
+    assert gain.verdict == "helped" and gain.seeds == 2
+    assert "5 of 5 splits" in gain.line() and "pretraining helped" in gain.line()
+
+
+def test_the_correction_widens_the_interval_beyond_the_plain_t_interval():
+    gains = [0.05, -0.01, 0.04, 0.0, 0.06]
+    corrected = paired_gain(_scores(gains), "pretrained", "control", n_train=200, n_test=100)
+    plain_half = stats.t.ppf(0.975, 4) * np.std(gains, ddof=1) / math.sqrt(5)
+    assert corrected.high - corrected.mean > plain_half
+
+
+def test_verdicts_below_zero_and_across_zero():
+    assert paired_gain(_scores([-0.05, -0.04, -0.06]), "pretrained", "control", 200, 100).verdict == "hurt"
+    assert paired_gain(_scores([0.05, -0.04, 0.01]), "pretrained", "control", 200, 100).verdict.startswith(
+        "made no difference")
+
+
+def test_an_arm_against_tfidf_averages_the_seeds_of_each_split_first():
+    gain = paired_gain(_scores([0.0, 0.0, 0.0]), "pretrained", "tfidf", 200, 100)
+    expected = [0.8 + 0.005 + 0.02 * split - 0.9 for split in range(3)]
+    assert gain.per_split == pytest.approx(expected)
+
+
+def test_unknown_arms_and_a_single_split_are_refused():
+    with pytest.raises(KeyError, match="no runs of 'missing'"):
+        paired_gain(_scores([0.1, 0.2]), "missing", "control", 200, 100)
+    with pytest.raises(ValueError, match="fewer than two splits"):
+        paired_gain(_scores([0.1]), "pretrained", "control", 200, 100)
+
+
+def test_compare_arms_runs_every_arm_on_every_split_and_seed(tmp_path):
+    folder = tmp_path / "tiny"
+    words = ["good", "kind", "thanks", "idiot", "stupid", "hate", "the", "page"]
+    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
+    config = BertConfig.preset("tiny", vocab_size=13, num_layers=1)
+    hf.save_pretrained(BertForPreTraining(config), folder, vocab_file=tmp_path / "vocab.txt")
+    rng = np.random.default_rng(0)
+    labels = _labels(60, 20)
+    texts = [" ".join(rng.choice(words[3:6] if y else words[:3], 4)) + " the page" for y in labels[:, 0]]
+    settings = FineTuneConfig(max_len=16, batch_size=8, max_steps=2, lr=1e-3, progress=False)
+    arms = [Arm.tfidf(), Arm("random", lambda: ToxicityClassifier.untrained(folder, ["toxic"], max_len=16), settings)]
+    scores = compare_arms(arms, texts, labels, ["toxic"], repeated_splits(labels, 2), [0, 1], min_positives=2,
+                          progress=False)
+    assert sorted(scores.groupby("arm").size().items()) == [("TF-IDF + LR", 2), ("random", 4)]
+    assert scores["roc_auc"].between(0, 1).all() and scores["val_roc_auc"].between(0, 1).all()
+    tfidf = scores[scores["arm"] == "TF-IDF + LR"]
+    assert (tfidf["roc_auc"] == 1.0).all() and (tfidf["seed"] == -1).all()  # the words give the label away
+    with pytest.raises(ValueError, match="must differ"):
+        compare_arms([Arm.tfidf(), Arm.tfidf()], texts, labels, ["toxic"], repeated_splits(labels, 2), [0],
+                     progress=False)

@@ -325,3 +325,130 @@ def test_all_references_assemble_bertlibs_own_model(config):
     with torch.no_grad():
         expected, got = reference(ids, attention_mask=mask), your_bert(ids, attention_mask=mask)
     torch.testing.assert_close(got.pooler_output, expected.pooler_output, atol=1e-5, rtol=0)
+
+
+# ---- pretraining your BERT (notebook 06) ---------------------------------------------------------------------------
+
+def _mask_tokens(input_ids, special_tokens_mask, mask_id, vocab_size, generator):
+    """A learner's masking: 15% chosen, 80/10/10, every draw from the generator."""
+    chosen = (torch.rand(input_ids.shape, generator=generator) < 0.15) & ~special_tokens_mask
+    roll = torch.rand(input_ids.shape, generator=generator)
+    random_ids = torch.randint(vocab_size, input_ids.shape, generator=generator)
+    masked = torch.where(chosen & (roll < 0.8), mask_id, input_ids)
+    masked = torch.where(chosen & (roll >= 0.8) & (roll < 0.9), random_ids, masked)
+    return masked, torch.where(chosen, input_ids, -100)
+
+
+def _pretraining_loss(mlm_logits, nsp_logits, mlm_labels, nsp_labels):
+    """A learner's loss: log-softmax by hand, mean over the predicted tokens, plus NSP."""
+    log_p = mlm_logits - mlm_logits.logsumexp(-1, keepdim=True)
+    chosen = mlm_labels != -100
+    mlm = -log_p[chosen].gather(-1, mlm_labels[chosen].unsqueeze(-1)).mean()
+    nsp = -(nsp_logits - nsp_logits.logsumexp(-1, keepdim=True)).gather(-1, nsp_labels.view(-1, 1)).mean()
+    return mlm + nsp
+
+
+@pytest.fixture
+def window_tokenizer():
+    from bertlib.text import WordPieceTokenizer
+
+    return WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *[f"w{i}" for i in range(206)]])
+
+
+def _windows(count=12, length=10):
+    generator = torch.Generator().manual_seed(1)
+    return [{"input_ids": [2, *torch.randint(5, 211, (length - 2,), generator=generator).tolist(), 3]}
+            for _ in range(count)]
+
+
+def test_your_masking_masks_a_padded_batch_with_the_learners_function_from_torchs_generator(window_tokenizer):
+    from bertlib.exercises.your_bert import YourMasking
+
+    collate = YourMasking(window_tokenizer, _mask_tokens)
+    items = _windows(64)
+    torch.manual_seed(3)
+    batch = collate(items)
+    torch.manual_seed(3)
+    again = collate(items)  # the masks come from torch's global generator, which a Trainer checkpoint keeps
+    assert torch.equal(batch["input_ids"], again["input_ids"]) and torch.equal(batch["mlm_labels"], again["mlm_labels"])
+    original = torch.tensor([item["input_ids"] for item in items])
+    chosen = batch["mlm_labels"] != -100
+    assert not chosen[:, [0, -1]].any()  # never [CLS] or [SEP]
+    assert torch.equal(batch["mlm_labels"][chosen], original[chosen])
+    assert 0.08 < chosen[:, 1:-1].float().mean() < 0.22
+    assert (batch["input_ids"][chosen] == window_tokenizer.mask_id).float().mean() > 0.6
+
+
+def test_your_pretraining_loss_is_bertlibs_mlm_loss_and_trains_under_the_trainer(tiny_config, window_tokenizer):
+    from bertlib.exercises.your_bert import YourMasking, YourPretraining
+    from bertlib.training import Trainer, TrainingConfig
+
+    torch.manual_seed(0)
+    model = with_encoder(BertForPreTraining(tiny_config), exercises.assemble_bert(tiny_config, SOLUTIONS, quiet=True))
+    yours = YourPretraining(model, _pretraining_loss).eval()
+    torch.manual_seed(5)
+    batch = YourMasking(window_tokenizer, _mask_tokens)(_windows())
+    theirs = model(**{k: v for k, v in batch.items() if k != "nsp_labels"})  # bertlib's own MLM loss, no NSP
+    torch.testing.assert_close(yours(**batch).mlm_loss, theirs.mlm_loss)
+    trainer = Trainer(yours.train(), TrainingConfig(max_steps=30, batch_size=12, lr=3e-3, log_every=1, progress=False),
+                      _windows(12), YourMasking(window_tokenizer, _mask_tokens))
+    history = trainer.train()
+    losses = history.frame()["mlm_loss"].dropna()
+    assert losses.iloc[-3:].mean() < losses.iloc[:3].mean() - 0.5  # twelve windows, learnt by heart
+
+
+def test_save_your_bert_writes_a_folder_transformers_loads_with_the_same_predictions(tmp_path, tiny_config,
+                                                                                      window_tokenizer):
+    from bertlib.exercises.your_bert import save_your_bert
+
+    torch.manual_seed(0)
+    model = with_encoder(BertForPreTraining(tiny_config), exercises.assemble_bert(tiny_config, SOLUTIONS, quiet=True))
+    vocab = tmp_path / "vocab.txt"
+    window_tokenizer.save_vocab(vocab)
+    folder = save_your_bert(model, tmp_path / "pretrained", vocab)
+    ids = torch.tensor([item["input_ids"] for item in _windows(2)])
+    with torch.no_grad():
+        expected = model.eval()(ids, attention_mask=torch.ones_like(ids)).mlm_logits
+        theirs = transformers.BertForMaskedLM.from_pretrained(folder).eval()(input_ids=ids).logits
+    torch.testing.assert_close(theirs, expected, atol=1e-4, rtol=1e-4)
+    assert (folder / "vocab.txt").read_text() == vocab.read_text()
+
+
+def test_save_your_bert_refuses_parameters_without_bertlibs_names(tmp_path, tiny_config):
+    from bertlib.exercises.your_bert import save_your_bert
+
+    class Renamed(nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            self.config = config
+            self.encoder = BertModel(config)
+
+    with pytest.raises(RuntimeError, match="Missing key"):
+        save_your_bert(Renamed(tiny_config), tmp_path / "pretrained", tmp_path / "vocab.txt")
+    assert not (tmp_path / "pretrained").exists()
+
+
+def test_your_bert_classifier_runs_the_folders_weights_through_the_pieces_with_a_new_head_each_time(
+        tmp_path, tiny_config, window_tokenizer, capsys):
+    from bertlib.exercises.your_bert import save_your_bert, your_bert_classifier
+    from bertlib.finetuning import ToxicityClassifier
+
+    torch.manual_seed(0)
+    vocab = tmp_path / "vocab.txt"
+    window_tokenizer.save_vocab(vocab)
+    folder = save_your_bert(BertForPreTraining(tiny_config), tmp_path / "pretrained", vocab)
+    capsys.readouterr()
+    make = your_bert_classifier(folder, ["toxic"], SOLUTIONS, max_len=16)
+    assert "6 of 6 pieces are yours" in capsys.readouterr().out  # checked once, when the maker is built
+    torch.manual_seed(1)
+    first = make()
+    torch.manual_seed(1)
+    again, other = make(), make()
+    assert capsys.readouterr().out == ""
+    assert torch.equal(first.model.classifier.weight, again.model.classifier.weight)
+    assert not torch.equal(first.model.classifier.weight, other.model.classifier.weight)
+    bertlib_ = ToxicityClassifier.from_checkpoint(folder, ["toxic"], max_len=16, verbose=False)
+    bertlib_.model.classifier.load_state_dict(first.model.classifier.state_dict())
+    texts = ["w5 w6 w7", "w8"]
+    torch.testing.assert_close(torch.tensor(first.logits(texts)), torch.tensor(bertlib_.logits(texts)), atol=1e-5,
+                               rtol=1e-5)

@@ -31,5 +31,6 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "checking": ("Checker", "Fail", "Exercise", "Result", "exercise", "get", "list", "CALL_TIME_LIMIT_S",
                  "ReturnedNone", "TimedOut", "definition", "is_starter", "learner_frame", "check", "use", "call",
                  "describe", "expect_close", "expect_equal", "Mistakes", "diagnose", "as_int", "tensor_of_shape"),
-    "your_bert": ("assemble_bert", "keep", "kept", "YourBertModel"),
+    "your_bert": ("assemble_bert", "keep", "kept", "YourBertModel", "YourMasking", "YourPretraining", "save_your_bert",
+                  "your_bert_classifier"),
 })

@@ -23,6 +23,7 @@ import builtins
 import importlib.util
 import inspect
 import linecache
+import math
 import textwrap
 import types
 from collections.abc import Mapping
@@ -33,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bertlib.basics import IGNORE_INDEX
 from bertlib.exercises.checking import check, definition, use
 from bertlib.exercises.references import reference
 from bertlib.model.bert import BertOutput, BertPreTrainedModel, EncoderLayer
@@ -169,6 +171,102 @@ def with_encoder(task_model: nn.Module, encoder: YourBertModel) -> nn.Module:
         raise TypeError(f"{type(task_model).__name__} has no .bert encoder to replace")
     task_model.bert = encoder
     return task_model
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Pretraining your BERT (notebook 06) and saving it for notebook 07
+# ----------------------------------------------------------------------------------------------------------------
+
+class YourMasking:
+    """A collator that pads a batch (bertlib's MaskingCollator.pad) and masks it with the learner's `mask_tokens`.
+
+    The masks are drawn from torch's global generator, whose state the Trainer keeps in every checkpoint, so a
+    resumed run draws the masks the uninterrupted one would have drawn.
+    """
+
+    def __init__(self, tokenizer: Any, mask_tokens: Any):
+        from bertlib.pretraining.mlm import MaskingCollator, SpecialIds
+
+        padding = MaskingCollator(tokenizer)
+        self.pad = padding.pad
+        special = SpecialIds.from_tokenizer(tokenizer)
+        self.never_chosen = torch.tensor([special.pad, special.cls, special.sep])
+        self.mask_id, self.vocab_size = special.mask, padding.vocab_size
+        self.mask_tokens = mask_tokens
+
+    def __call__(self, items: list[Any]) -> dict[str, torch.Tensor]:
+        batch = self.pad(items)
+        special = torch.isin(batch["input_ids"], self.never_chosen)  # (batch, seq): True at [CLS], [SEP], [PAD]
+        batch["input_ids"], batch["mlm_labels"] = self.mask_tokens(batch["input_ids"], special, self.mask_id,
+                                                                   self.vocab_size, torch.default_generator)
+        return batch
+
+
+class YourPretraining(nn.Module):
+    """bertlib's MLM head on the learner's encoder, scored by the learner's `pretraining_loss`: what the Trainer steps.
+
+    The head runs at the chosen positions only (as BertForPreTraining does by default), and the loss gets those
+    rows as one sequence, logits (1, n_chosen, vocab) and labels (1, n_chosen): the same mean over the chosen
+    tokens, a seventh of the work of scoring every position. Packed windows hold no sentence pairs, so the NSP
+    term gets even scores (logits of zero): a constant ln 2, subtracted again, that moves no weight.
+    """
+
+    def __init__(self, model: nn.Module, pretraining_loss: Any):
+        super().__init__()
+        self.model = model  # a BertForPreTraining whose .bert is the learner's (with_encoder)
+        self.pretraining_loss = pretraining_loss
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None, mlm_labels: torch.Tensor | None = None,
+                **unused: Any) -> Any:
+        """The MLM loss of a masked batch (mlm_labels (batch, seq), -100 where nothing is predicted)."""
+        from bertlib.model.bert import PreTrainingOutput
+
+        hidden = self.model.bert(input_ids, token_type_ids, attention_mask).last_hidden_state  # (batch, seq, hidden)
+        chosen = mlm_labels != IGNORE_INDEX  # (batch, seq)
+        rows = self.model.mlm(hidden[chosen], self.model.bert.embeddings.token.weight)  # (n_chosen, vocab)
+        even = rows.new_zeros(1, 2)  # (1, 2): no pair, no NSP signal
+        loss = self.pretraining_loss(rows.unsqueeze(0), even, mlm_labels[chosen].unsqueeze(0),
+                                     torch.zeros(1, dtype=torch.long, device=rows.device)) - math.log(2)
+        return PreTrainingOutput(mlm_logits=rows, nsp_logits=even, loss=loss, mlm_loss=loss, mlm_positions=chosen)
+
+
+def save_your_bert(model: nn.Module, folder: str | Path, vocab_file: str | Path) -> Path:
+    """Write the learner's pretrained BERT as bertlib's BertForPreTraining (transformers' layout) with its vocabulary.
+
+    The weights go through a BertForPreTraining of the same config, loaded strictly, so a folder is written only
+    when the learner's parameters carry bertlib's names; transformers' BertForMaskedLM loads it as it is.
+    """
+    from bertlib.model import hf
+    from bertlib.model.bert import BertForPreTraining
+
+    plain = BertForPreTraining(model.config)
+    plain.load_state_dict(model.state_dict(), strict=True)
+    return hf.save_pretrained(plain.eval(), folder, vocab_file=vocab_file)
+
+
+def your_bert_classifier(folder: str | Path, label_names: list[str], pieces: Mapping[str, Any] | None = None, *,
+                         max_len: int = 256, quiet: bool = False) -> Any:
+    """A maker of new classifiers on a pretrained folder run by the learner's pieces: what notebook 07 fine-tunes.
+
+    The pieces are checked once (the printed lines say which run); each call copies the assembled model and
+    draws a new classification head from torch's generator, so that a seed set before the call fixes it.
+    """
+    import copy
+
+    from bertlib.finetuning.classifier import ToxicityClassifier
+
+    template = ToxicityClassifier.from_checkpoint(folder, label_names, max_len=max_len, verbose=False)
+    yours = assemble_bert(template.model.config, pieces, quiet=quiet).load_weights(template.model.bert)
+    with_encoder(template.model, yours)
+
+    def new_classifier() -> ToxicityClassifier:
+        model = copy.deepcopy(template.model)
+        model.init_weights(model.classifier)  # a new head, BERT's initialisation
+        return ToxicityClassifier(model, template.vocab_file, template.lowercase, max_len=template.max_len,
+                                  clean=template.clean)
+
+    return new_classifier
 
 
 # ----------------------------------------------------------------------------------------------------------------

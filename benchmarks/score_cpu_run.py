@@ -18,7 +18,7 @@ from bertlib.pretraining import (
     FUNCTION_WORDS,
     Guessers,
     MaskingCollator,
-    fill_mask,
+    blanks_answered,
     function_word_blanks,
     load_finished_run,
     score_masked_positions,
@@ -34,12 +34,8 @@ def score(folder: Path) -> str:
     scores = score_masked_positions(run.model, windows, MaskingCollator(run.tokenizer), guessers,
                                     run.tokenizer.mask_id, passes=5, seed=1)
     probes = function_word_blanks(run.held_out_texts, FUNCTION_WORDS, run.tokenizer, run.args.seq_len - 2)
-    model_hits = bigram_hits = 0
-    for text, answer in probes:
-        left = run.tokenizer.text_to_ids(text.split("[MASK]")[0])
-        model_hits += answer in [token for token, _ in fill_mask(run.model, run.tokenizer, text, top_k=5)[0]]
-        bigram_top5 = guessers.top_after(left[-1] if left else None, 5)
-        bigram_hits += answer in [run.tokenizer.vocab[token] for token in bigram_top5]
+    model_hits = sum(blanks_answered(run.model, run.tokenizer, probes).values())
+    bigram_hits = sum(guessers.blanks_answered(run.tokenizer, probes).values())
     share = model_hits / max(len(probes), 1)
     return (f"{folder}: {run.args.steps:,} steps; {scores.line()}; probes {len(probes)}: model {model_hits} "
             f"({share:.0%}), bigram guesser {bigram_hits}")

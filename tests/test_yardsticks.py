@@ -10,7 +10,13 @@ import torch
 from torch import nn
 
 from bertlib.pretraining.mlm import MaskingCollator
-from bertlib.pretraining.yardsticks import Guessers, function_word_blanks, score_masked_positions, wilson_interval
+from bertlib.pretraining.yardsticks import (
+    Guessers,
+    blanks_answered,
+    function_word_blanks,
+    score_masked_positions,
+    wilson_interval,
+)
 from bertlib.text.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
 
 WORDS = ["red", "green", "blue", "black"]
@@ -99,3 +105,33 @@ def test_every_function_word_becomes_one_blank_with_the_widest_context_that_fits
     narrow = function_word_blanks([text], ["is"], letters, most_tokens=len(letters.text_to_ids("six is seven")))
     assert narrow == [("six [MASK] seven", "is")]  # the context shrinks until its pieces fit
     assert function_word_blanks([text], ["is"], letters, most_tokens=2) == []  # not even one word each side fits
+
+
+class RanksTokens(nn.Module):
+    """A fill-mask model whose scores at every position rank the vocabulary in one fixed order."""
+
+    def __init__(self, order: list[int], vocab_size: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(1))
+        scores = torch.zeros(vocab_size)
+        scores[order] = torch.arange(len(order), 0, -1, dtype=torch.float)
+        self.scores = scores
+
+    def forward(self, input_ids, attention_mask=None, **_):
+        return SimpleNamespace(mlm_logits=self.scores.expand(*input_ids.shape, -1))
+
+
+def test_blanks_answered_counts_the_probes_whose_answer_is_in_the_models_top_k(tokenizer):
+    red, green, blue, black = (tokenizer.vocab.index(w) for w in WORDS)
+    model = RanksTokens([red, green, blue, black], tokenizer.vocab_size)
+    probes = [("red [MASK] blue", "green"), ("[MASK] red", "red"), ("green [MASK]", "black"), ("blue [MASK]", "red")]
+    assert blanks_answered(model, tokenizer, probes, top_k=2) == {"green": 1, "red": 2, "black": 0}
+    assert blanks_answered(model, tokenizer, probes, top_k=4) == {"green": 1, "red": 2, "black": 1}
+
+
+def test_the_bigram_guessers_blanks_are_those_whose_answer_follows_the_left_piece(tokenizer):
+    sequences = [[tokenizer.vocab.index(word) for word in ("red", "green", "blue", "black")]] * 3
+    guessers = Guessers(sequences, tokenizer.vocab_size, tokenizer.special_ids)
+    probes = [("red [MASK] blue", "green"), ("green [MASK]", "black"), ("[MASK] red", "green")]
+    assert guessers.blanks_answered(tokenizer, probes, top_k=1) == {"green": 1, "black": 0}
+    assert guessers.blanks_answered(tokenizer, probes, top_k=4) == {"green": 2, "black": 1}

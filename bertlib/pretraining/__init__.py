@@ -17,5 +17,5 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "sources": ("PretrainingSource", "PRETRAINING_SOURCES", "CorpusUnavailableError", "describe_pretraining_corpus",
                 "pretraining_corpus", "kaggle_comment_documents"),
     "yardsticks": ("Guessers", "wilson_interval", "MaskedScores", "score_masked_positions", "FUNCTION_WORDS",
-                   "function_word_blanks"),
+                   "function_word_blanks", "blanks_answered"),
 })

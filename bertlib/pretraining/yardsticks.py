@@ -5,7 +5,8 @@ scores about as well as always guessing the commonest token; one that reads its 
 guesser, which guesses the token that most often followed the one to the left in the training text.
 Accuracy is counted at the positions replaced by [MASK] only: the 10% of chosen positions left unchanged
 show the answer, the 10% replaced by a random token are not what fill-mask asks. `function_word_blanks` makes
-the fill-mask probes of notebook 06: every *is*, *to*, *from* ... of a held-out text, blanked out in its context.
+the fill-mask probes of notebook 06: every *is*, *to*, *from* ... of a held-out text, blanked out in its context;
+`blanks_answered` counts those a model fills (the answer in its top 5).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 from torch import nn
 
 from bertlib.basics import IGNORE_INDEX
+from bertlib.pretraining.mlm import fill_mask
 from bertlib.text.sentences import split_sentences
 
 
@@ -45,6 +47,15 @@ class Guessers:
             counts[token] += count
         counts[sorted(special)] = 0
         self.log_unigram = (counts / counts.sum()).log()  # (vocab_size,)
+
+    def blanks_answered(self, tokenizer: Any, probes: Iterable[tuple[str, str]], top_k: int = 5) -> Counter[str]:
+        """Per answer word, the probes whose answer is in the bigram guesser's top_k after the blank's left piece."""
+        answered: Counter[str] = Counter()
+        for text, answer in probes:
+            left = tokenizer.text_to_ids(text.split("[MASK]")[0])  # the pieces before the blank
+            guesses = self.top_after(left[-1] if left else None, top_k)
+            answered[answer] += answer in [tokenizer.vocab[token] for token in guesses]
+        return answered
 
     def most_common(self, k: int) -> list[int]:
         """The frequency guesser's top k: the k commonest training tokens, whatever the context."""
@@ -174,3 +185,12 @@ def function_word_blanks(texts: Iterable[str], words: Sequence[str], tokenizer: 
                         probes.append((probe, token.lower()))
                         break
     return probes
+
+
+def blanks_answered(model: nn.Module, tokenizer: Any, probes: Iterable[tuple[str, str]],
+                    top_k: int = 5) -> Counter[str]:
+    """For each answer word, how many of its probes (function_word_blanks) have the answer in the model's top_k."""
+    answered: Counter[str] = Counter()
+    for text, answer in probes:
+        answered[answer] += answer in [token for token, _ in fill_mask(model, tokenizer, text, top_k=top_k)[0]]
+    return answered

@@ -51,7 +51,8 @@ def _scores(gains_per_split: list[float], seeds: int = 2) -> pd.DataFrame:
         for seed in range(seeds):
             control = 0.8 + 0.01 * seed + 0.02 * split
             rows += [{"arm": "control", "split": split, "seed": seed, "roc_auc": control},
-                     {"arm": "pretrained", "split": split, "seed": seed, "roc_auc": control + gain}]
+                     {"arm": "pretrained", "split": split, "seed": seed, "roc_auc": control + gain},
+                     {"arm": "arm", "split": split, "seed": seed, "roc_auc": control + gain}]
         rows.append({"arm": "tfidf", "split": split, "seed": -1, "roc_auc": 0.9})
     return pd.DataFrame(rows)
 
@@ -112,3 +113,8 @@ def test_compare_arms_runs_every_arm_on_every_split_and_seed(tmp_path):
     with pytest.raises(ValueError, match="must differ"):
         compare_arms([Arm.tfidf(), Arm.tfidf()], texts, labels, ["toxic"], repeated_splits(labels, 2), [0],
                      progress=False)
+
+
+def test_against_another_kind_of_model_the_line_says_ahead_or_behind_not_what_pretraining_did():
+    gain = paired_gain(_scores([0.0, -0.02, -0.04]), "arm", "tfidf", 200, 100)  # 0.805 on every split, TF-IDF 0.9
+    assert gain.line(pretraining=False).endswith(": behind") and "pretraining" not in gain.line(pretraining=False)

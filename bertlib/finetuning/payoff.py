@@ -154,12 +154,15 @@ class Gain:
         """'helped' when the interval lies above 0, 'hurt' below, else 'made no difference these runs can see'."""
         return "helped" if self.low > 0 else "hurt" if self.high < 0 else "made no difference these runs can see"
 
-    def line(self) -> str:
-        """One sentence that states the result with its interval."""
+    def line(self, pretraining: bool = True) -> str:
+        """One sentence that states the result with its interval: what pretraining did, or (against another kind
+        of model, pretraining=False) whether the arm is ahead."""
         wins = int((self.per_split > 0).sum())
+        said = (f"pretraining {self.verdict}" if pretraining else
+                "ahead" if self.low > 0 else "behind" if self.high < 0 else "no difference these runs can see")
         return (f"{self.arm} against {self.control}: {self.mean:+.3f} mean test ROC-AUC, 95% interval "
                 f"[{self.low:+.3f}, {self.high:+.3f}] over {len(self.per_split)} splits x {self.seeds} seeds "
-                f"(ahead on {wins} of {len(self.per_split)} splits): pretraining {self.verdict}")
+                f"(ahead on {wins} of {len(self.per_split)} splits): {said}")
 
 
 def paired_gain(scores: pd.DataFrame, arm: str, control: str, n_train: int, n_test: int,

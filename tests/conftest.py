@@ -17,9 +17,23 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
+    import types
+
     import torch
 
     from bertlib import BertConfig
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def benchmark_script(name: str) -> types.ModuleType:
+    """A script of benchmarks/ imported as a module, for the tests of its functions."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture

@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "build_balanced_comments.py"
+from conftest import benchmark_script
+
 LABELS = ["toxic", "severe_toxic", "obscene", "threat", "insult", "identity_hate"]
 
 
 @pytest.fixture(scope="module")
 def build():
-    spec = importlib.util.spec_from_file_location("build_balanced_comments", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_script("build_balanced_comments")
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from scipy import stats
 
 from bertlib import BertConfig, BertForPreTraining, hf
 from bertlib.finetuning import FineTuneConfig, ToxicityClassifier
-from bertlib.finetuning.payoff import Arm, compare_arms, paired_gain, repeated_splits
+from bertlib.finetuning.payoff import Arm, compare_arms, paired_gain, repeated_splits, welch_interval
 
 
 def _labels(n: int = 120, positives: int = 24) -> np.ndarray:
@@ -100,7 +100,7 @@ def test_compare_arms_runs_every_arm_on_every_split_and_seed(tmp_path):
     config = BertConfig.preset("tiny", vocab_size=13, num_layers=1)
     hf.save_pretrained(BertForPreTraining(config), folder, vocab_file=tmp_path / "vocab.txt")
     rng = np.random.default_rng(0)
-    labels = _labels(60, 20)
+    labels = _labels(100, 40)  # validation: 15 comments, 6 toxic, enough to score (MIN_POSITIVES_TO_TUNE)
     texts = [" ".join(rng.choice(words[3:6] if y else words[:3], 4)) + " the page" for y in labels[:, 0]]
     settings = FineTuneConfig(max_len=16, batch_size=8, max_steps=2, lr=1e-3, progress=False)
     arms = [Arm.tfidf(), Arm("random", lambda: ToxicityClassifier.untrained(folder, ["toxic"], max_len=16), settings)]
@@ -118,3 +118,16 @@ def test_compare_arms_runs_every_arm_on_every_split_and_seed(tmp_path):
 def test_against_another_kind_of_model_the_line_says_ahead_or_behind_not_what_pretraining_did():
     gain = paired_gain(_scores([0.0, -0.02, -0.04]), "arm", "tfidf", 200, 100)  # 0.805 on every split, TF-IDF 0.9
     assert gain.line(pretraining=False).endswith(": behind") and "pretraining" not in gain.line(pretraining=False)
+
+
+def test_welchs_interval_is_scipys_and_needs_two_runs_a_side():
+    ours, theirs = [0.9559, 0.9608, 0.9577], [0.9361, 0.9360, 0.9379, 0.9301]
+    difference, low, high = welch_interval(ours, theirs)
+    result = stats.ttest_ind(ours, theirs, equal_var=False)
+    if hasattr(result, "confidence_interval"):  # scipy 1.11 and later
+        expected = result.confidence_interval()
+        assert (low, high) == pytest.approx((expected.low, expected.high))
+    assert difference == pytest.approx(np.mean(ours) - np.mean(theirs)) and low < difference < high
+    assert welch_interval([1.0, 1.0], [0.5, 0.5]) == (0.5, 0.5, 0.5)
+    with pytest.raises(ValueError, match="two or more"):
+        welch_interval([0.9], [0.8, 0.7])

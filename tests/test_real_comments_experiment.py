@@ -3,22 +3,18 @@ train + validation part, and a folder pretrained on anything else (the test comm
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "real_comments_experiment.py"
+from conftest import benchmark_script
 
 
 @pytest.fixture(scope="module")
 def experiment():
-    spec = importlib.util.spec_from_file_location("real_comments_experiment", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_script("real_comments_experiment")
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ from scipy import stats
 
 from bertlib.finetuning.baseline import TfidfBaseline
 from bertlib.finetuning.classifier import ToxicityClassifier
-from bertlib.finetuning.metrics import evaluate
+from bertlib.finetuning.metrics import MIN_POSITIVES_TO_TUNE, evaluate
 from bertlib.finetuning.recipe import FineTuneConfig, fine_tune
 from bertlib.finetuning.split import stratified_split, train_val_test_split
 from bertlib.text.cleaning import clean_text
@@ -102,7 +102,9 @@ def compare_arms(arms: Sequence[Arm], texts: Sequence[str], labels: np.ndarray, 
     """Fine-tune every arm on every split with every seed; a row per run: arm, split, seed, roc_auc, val_roc_auc.
 
     A BERT arm's config gets the run's seed (its head, dropout and batch order); the validation part tunes the
-    thresholds only, so the test ROC-AUC is what is compared. TF-IDF is fitted once per split (seed: -1).
+    thresholds, and its ROC-AUC (over the labels with MIN_POSITIVES_TO_TUNE positives there, those whose threshold
+    is tuned) is what a search may choose settings by; the test ROC-AUC is what is compared. TF-IDF is fitted once
+    per split (seed: -1).
     """
     from tqdm.auto import tqdm
 
@@ -131,7 +133,7 @@ def compare_arms(arms: Sequence[Arm], texts: Sequence[str], labels: np.ndarray, 
                         probs = result.classifier.predict(part["test"][0]).to_numpy()
                     rows.append({"arm": arm.name, "split": k, "seed": seed,
                                  "roc_auc": _score(probs, part["test"][1], label_names, min_positives),
-                                 "val_roc_auc": _score(val_probs, part["val"][1], label_names, 1),
+                                 "val_roc_auc": _score(val_probs, part["val"][1], label_names, MIN_POSITIVES_TO_TUNE),
                                  "seconds": time.perf_counter() - start})
                     bar.update()
     return pd.DataFrame(rows)
@@ -183,3 +185,21 @@ def paired_gain(scores: pd.DataFrame, arm: str, control: str, n_train: int, n_te
     half = stats.t.ppf(0.5 + level / 2, df=len(per_split) - 1) * math.sqrt(spread)
     seeds = int(scores[scores["arm"] == arm].groupby("split").size().max())
     return Gain(arm, control, mean, mean - half, mean + half, per_split, seeds)
+
+
+def welch_interval(scores: Sequence[float], others: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
+    """(mean difference, low, high): Welch's t-interval for mean(scores) - mean(others), e.g. seeds of two arms.
+
+    It knows only the spread between the runs given (seeds on one split), not the test part's sampling.
+    """
+    a, b = np.asarray(scores, dtype=float), np.asarray(others, dtype=float)
+    if len(a) < 2 or len(b) < 2:
+        raise ValueError(f"Welch's interval needs two or more runs on each side, got {len(a)} and {len(b)}")
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    difference = float(a.mean() - b.mean())
+    if va + vb == 0:
+        return difference, difference, difference
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))  # Welch-Satterthwaite
+    half = float(stats.t.ppf(0.5 + level / 2, df) * math.sqrt(va + vb))
+    return difference, difference - half, difference + half
+

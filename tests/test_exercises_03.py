@@ -115,8 +115,8 @@ def sinusoidal_wrong(max_len, dim, *, layout="interleaved", start=0, exponent="2
     return table
 
 
-@pytest.mark.parametrize("solution", [sinusoidal, sinusoidal_loop, sinusoidal_stacked_float32, sinusoidal_table],
-                         ids=["outer-product", "literal-loop", "numpy-float32", "bertlib"])
+@pytest.mark.parametrize("solution", [sinusoidal, sinusoidal_loop, sinusoidal_stacked_float32],
+                         ids=["outer-product", "literal-loop", "numpy-float32"])
 def test_sinusoidal_right_answers_pass(solution):
     for seed in range(3):
         exercises.check("03.sinusoidal", solution, strict=True, seed=seed)
@@ -385,8 +385,7 @@ def embed_by_hand(embeddings, input_ids, token_type_ids):
     return (x - mean) / torch.sqrt(variance + embeddings.norm.eps) * embeddings.norm.weight + embeddings.norm.bias
 
 
-@pytest.mark.parametrize("solution", [embed, embed_by_hand, lambda e, i, t: e(i, t)],
-                         ids=["modules", "by-hand", "the-module-itself"])
+@pytest.mark.parametrize("solution", [embed, embed_by_hand], ids=["modules", "by-hand"])
 def test_embed_right_answers_pass(solution):
     for seed in range(3):
         exercises.check("03.embed", solution, strict=True, seed=seed)

@@ -12,7 +12,10 @@ mistake by name. In a notebook `check` never raises; `strict=True` raises Assert
 NotImplementedError`, `...` or `pass`), read from the function's source; any other function that returns
 None or raises is told what happened, at the line of the learner's own code. Each call of the learner's
 code has a time limit (`CALL_TIME_LIMIT_S`) where the platform has SIGALRM, so an endless loop ends in a
-verdict, not a hung cell.
+verdict, not a hung cell. Code that runs bertlib's own version of the piece (each exercise names them,
+`Exercise.implemented_by`) or bertlib's reference answers is refused with a verdict that names it: read from
+the code before it runs (`borrowed`), and caught while it runs where the code cannot show it (a layer the check
+passes in, called).
 
 `use("04.attention", fn)` is how later cells run the learner's code: `fn` when it passes, else bertlib's
 reference (from `references`), with one line saying which and why. `your_bert` assembles the learner's
@@ -29,7 +32,8 @@ from bertlib.basics import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "checking": ("Checker", "Fail", "Exercise", "Result", "exercise", "get", "list", "CALL_TIME_LIMIT_S",
-                 "ReturnedNone", "TimedOut", "definition", "is_starter", "learner_frame", "check", "use", "call",
+                 "ReturnedNone", "TimedOut", "Borrowed", "borrowed", "definition", "is_starter", "learner_frame",
+                 "check", "use", "call",
                  "describe", "expect_close", "expect_equal", "Mistakes", "diagnose", "as_int", "tensor_of_shape"),
     "your_bert": ("assemble_bert", "keep", "kept", "YourBertModel", "YourMasking", "YourPretraining", "save_your_bert",
                   "your_bert_classifier"),

@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 import builtins
 import contextlib
+import dis
+import functools
 import html
 import importlib
 import inspect
@@ -15,9 +17,11 @@ import linecache
 import numbers
 import pkgutil
 import signal
+import sys
 import sysconfig
 import threading
 import traceback
+import types
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,12 +43,17 @@ class Fail(Exception):  # noqa: N818 (a verdict, not an error of the library)
 
 @dataclass(frozen=True)
 class Exercise:
-    """One exercise: its id ("03.sinusoidal"), title, the signature the learner writes, and its checker."""
+    """One exercise: its id ("03.sinusoidal"), title, the signature the learner writes, and its checker.
+
+    `implemented_by` names bertlib's own versions of the same piece ("bertlib.model.attention:eager_attention");
+    a solution that reaches one of them is refused, since its check would test bertlib, not the learner.
+    """
 
     id: str
     title: str
     signature: str
     checker: Checker = field(repr=False)
+    implemented_by: tuple[str, ...] = ()
 
     @property
     def notebook(self) -> str:
@@ -79,13 +88,19 @@ _REGISTRY: dict[str, Exercise] = {}
 _LOADED = False
 
 
-def exercise(exercise_id: str, title: str, signature: str) -> Callable[[Checker], Checker]:
-    """Decorator that registers `checker(solution, rng)` as the checker of `exercise_id`."""
+def exercise(exercise_id: str, title: str, signature: str,
+             implemented_by: tuple[str, ...] = ()) -> Callable[[Checker], Checker]:
+    """Decorator that registers `checker(solution, rng)` as the checker of `exercise_id`.
+
+    `implemented_by`: bertlib's versions of the same piece as "module:name" ("bertlib.text.cleaning:strip_html").
+    A class stands for itself, its instances and its methods; "module:Class.forward" for that method only, so
+    that a learner may keep weights in bertlib's layer, but not run it.
+    """
 
     def register(checker: Checker) -> Checker:
         if exercise_id in _REGISTRY:
             raise ValueError(f"exercise {exercise_id!r} is registered twice")
-        _REGISTRY[exercise_id] = Exercise(exercise_id, title, signature, checker)
+        _REGISTRY[exercise_id] = Exercise(exercise_id, title, signature, checker, implemented_by)
         return checker
 
     return register
@@ -187,6 +202,168 @@ def is_starter(solution: Any) -> bool:
                                 and any(_is_marker(statement) for statement in body) for body in bodies)
 
 
+def _resolve(target: str) -> Any:
+    """The object a "module:qualified.name" string names."""
+    module_name, _, qualname = target.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _functions(obj: Any) -> builtins.list[types.FunctionType]:
+    """The Python functions whose code `obj` runs when called: itself, a method's function, a class's methods."""
+    if isinstance(obj, types.MethodType):
+        obj = obj.__func__
+    if inspect.isfunction(obj):
+        return [obj]
+    if inspect.isclass(obj):
+        members = [member.fget if isinstance(member, property) else getattr(member, "__func__", member)
+                   for member in vars(obj).values()]
+        return [member for member in members if inspect.isfunction(member)]
+    return []
+
+
+def _reached(function: types.FunctionType) -> Iterator[tuple[str, Any]]:
+    """(name as written, object) for each global, attribute of a global module, default and closure value the
+    function's code (nested functions included) can reach."""
+    codes, roots, attributes, imported = [function.__code__], set(), set(), set()
+    while codes:
+        code = codes.pop()
+        for instruction in dis.get_instructions(code):
+            if instruction.opname in {"LOAD_GLOBAL", "LOAD_NAME"}:
+                roots.add(instruction.argval)
+            elif instruction.opname == "IMPORT_NAME":
+                imported.add(instruction.argval)
+            elif instruction.opname in {"LOAD_ATTR", "LOAD_METHOD", "IMPORT_FROM"}:
+                attributes.add(instruction.argval)
+        codes.extend(const for const in code.co_consts if isinstance(const, types.CodeType))
+    reachable = {name: function.__globals__[name] for name in roots & set(function.__globals__)}
+    reachable |= {name: sys.modules[name] for name in imported if name in sys.modules}  # imports inside the code
+    for name, value in sorted(reachable.items(), key=lambda item: item[0]):
+        yield name, value
+        modules = [(name, value)] if isinstance(value, types.ModuleType) else []
+        while modules:  # bertlib.model.attention.eager_attention: follow the attribute names the code uses
+            path, module = modules.pop()
+            for attribute in sorted(attributes & set(vars(module))):
+                reached = getattr(module, attribute)
+                yield f"{path}.{attribute}", reached
+                if isinstance(reached, types.ModuleType) and path.count(".") < 4:
+                    modules.append((f"{path}.{attribute}", reached))
+    cells = [cell.cell_contents for cell in function.__closure__ or () if cell != types.CellType()]  # not empty
+    defaults = [*(function.__defaults__ or ()), *(function.__kwdefaults__ or {}).values()]
+    for value in [*cells, *defaults]:
+        yield getattr(value, "__name__", type(value).__name__), value
+
+
+def _is_learners(obj: Any) -> bool:
+    """A function or class the learner wrote (a notebook cell or their own file), not a library's."""
+    if not (inspect.isfunction(obj) or inspect.isclass(obj) or isinstance(obj, types.MethodType)):
+        return False
+    module = getattr(obj, "__module__", "") or ""
+    if module.split(".")[0] in {"bertlib", "torch", "numpy", "builtins"}:
+        return False
+    functions = _functions(obj)
+    files = [function.__code__.co_filename for function in functions]
+    return bool(files) and not any(str(Path(f).resolve()).startswith(_library_folders()) for f in files
+                                   if not f.startswith("<"))
+
+
+def _reference_module(module: str) -> bool:
+    """bertlib's answers to the exercises: the references `use` falls back on, and each notebook's checkers."""
+    prefix = f"{__package__}."
+    return module == f"{prefix}references" or module.startswith(f"{prefix}nb")
+
+
+def borrowed(solution: Any, implemented_by: Iterable[str]) -> builtins.list[str]:
+    """The bertlib code that implements the same piece and that `solution` is or reaches, as written
+    ("eager_attention (bertlib.model.attention.eager_attention)"); bertlib's reference answers count too.
+
+    Read from the code, not run: global names, attributes of modules, imports, closures, defaults, base classes
+    and the learner's own helpers, followed to any depth. Empty when the code is all the learner's.
+    """
+    named = {target.replace(":", "."): _resolve(target) for target in implemented_by}
+    by_identity = {id(obj): name for name, obj in named.items()}
+    by_code = {function.__code__: name for name, obj in named.items() for function in _functions(obj)}
+    classes = tuple(obj for obj in named.values() if inspect.isclass(obj))
+
+    def verdict(name: str, value: Any) -> str | None:
+        if id(value) in by_identity:
+            return f"{name} ({by_identity[id(value)]})"
+        if not inspect.isclass(value):
+            for function in _functions(value):  # a method of bertlib's class, bound or not
+                if function.__code__ in by_code:
+                    return f"{name} ({by_code[function.__code__]})"
+            if classes and isinstance(value, classes):
+                return f"{name} (an instance of {type(value).__module__}.{type(value).__qualname__})"
+        if (inspect.isfunction(value) or inspect.isclass(value)) and _reference_module(value.__module__ or ""):
+            return f"{name} (bertlib's reference answer, {value.__module__}.{value.__qualname__})"
+        return None
+
+    found, seen, queue = [], set(), [("your solution", solution)]
+    if (hit := verdict("your solution", solution)) is not None:
+        found.append(hit)
+    while queue:
+        name, obj = queue.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if inspect.isclass(obj):
+            found += [f"{name} is built on {base.__module__}.{base.__qualname__}" for base in obj.__mro__[1:]
+                      if base in classes]
+        for function in _functions(obj):
+            for reached_name, value in _reached(function):
+                if (hit := verdict(reached_name, value)) is not None:
+                    found.append(hit)
+                elif _is_learners(value):
+                    queue.append((reached_name, value))
+    return sorted(set(found))
+
+
+class Borrowed(BaseException):  # noqa: N818 (a verdict; BaseException, so a learner's `except Exception` lets it by)
+    """The learner's code ran bertlib's own version of the piece it should write (a layer passed in, say)."""
+
+
+_LEARNER_CALLS = 0  # how many `call`s of the learner's code are running now: the tripwires fire only inside one
+
+
+def _tripwire(method: Callable, name: str) -> Callable:
+    @functools.wraps(method)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        if _LEARNER_CALLS:
+            raise Borrowed(name)
+        return method(*args, **kwargs)
+
+    return guarded
+
+
+def _guarded_methods(target: str) -> builtins.list[tuple[type, str, Callable]]:
+    """(class, name, function) of what a target guards: one method ("Class.forward"), or a whole class (its
+    constructor, its call and its public methods)."""
+    obj = _resolve(target)
+    if inspect.isclass(obj):
+        return [(obj, name, member) for name, member in vars(obj).items() if inspect.isfunction(member)
+                and (name in {"__init__", "__call__"} or not name.startswith("_"))]
+    module, _, qualname = target.partition(":")
+    owner_name, _, method = qualname.rpartition(".")
+    owner = _resolve(f"{module}:{owner_name}") if owner_name else None
+    return [(owner, method, obj)] if inspect.isclass(owner) else []
+
+
+@contextlib.contextmanager
+def _guarded(implemented_by: Iterable[str]) -> Iterator[None]:
+    """While a check runs, bertlib's code of the same piece raises Borrowed when the learner's code calls it:
+    what reading the code cannot show, such as `layer(x)` on the layer the exercise passes in."""
+    patched = [method for target in implemented_by for method in _guarded_methods(target)]
+    try:
+        for cls, name, member in patched:
+            setattr(cls, name, _tripwire(member, f"{cls.__module__}.{cls.__qualname__}.{name}"))
+        yield
+    finally:
+        for cls, name, member in patched:
+            setattr(cls, name, member)
+
+
 def _library_folders() -> tuple[str, ...]:
     paths = sysconfig.get_paths()
     folders = {paths["stdlib"], paths["platstdlib"], paths["purelib"], paths["platlib"],
@@ -246,10 +423,16 @@ def check(exercise_id: str, solution: Any, *, strict: bool = False, seed: int = 
         if strict:
             raise AssertionError(result.message)
         return result
+    if reached := borrowed(solution, ex.implemented_by):
+        result = _borrowed_result(exercise_id, reached)
+        if strict:
+            raise AssertionError(result.message)
+        return result
     rng = np.random.default_rng(seed)
     torch_state = torch.random.get_rng_state()
     try:
-        ex.checker(solution, rng)
+        with _guarded(ex.implemented_by):
+            ex.checker(solution, rng)
         result = Result(exercise_id, True, f"✓ {exercise_id} passed: {ex.title}.", "passes")
     except Fail as failure:
         lines = [f"✗ {exercise_id} failed on {failure.case}", f"  {failure.detail}"]
@@ -261,6 +444,8 @@ def check(exercise_id: str, solution: Any, *, strict: bool = False, seed: int = 
                         "your function returns None")
     except TimedOut as error:
         result = Result(exercise_id, False, f"✗ {exercise_id}: {error}", "your function did not return in time")
+    except Borrowed as error:
+        result = _borrowed_result(exercise_id, [str(error)])
     except (Exception, SystemExit) as error:  # the learner's code raised: say where, never raise in a notebook
         name = type(error).__name__
         result = Result(exercise_id, False, f"✗ {exercise_id}: {name} raised inside your code: {error}\n"
@@ -270,6 +455,12 @@ def check(exercise_id: str, solution: Any, *, strict: bool = False, seed: int = 
     if strict and not result.passed:
         raise AssertionError(result.message)
     return result
+
+
+def _borrowed_result(exercise_id: str, reached: Iterable[str]) -> Result:
+    return Result(exercise_id, False, f"✗ {exercise_id}: your code calls bertlib's own version of this piece: "
+                                      f"{'; '.join(reached)}. Write it yourself: the check would only be testing "
+                                      "bertlib.", "your code calls bertlib's version")
 
 
 def use(exercise_id: str, solution: Any, *, quiet: bool = False) -> Any:
@@ -301,8 +492,13 @@ def call(solution: Callable, *args: Any, **kwargs: Any) -> Any:
         described = [describe(arg) for arg in args] + [f"{key}={describe(value)}" for key, value in kwargs.items()]
         return f"({', '.join(described)[:300]})"
 
-    with _time_limit(CALL_TIME_LIMIT_S, shown):
-        out = solution(*args, **kwargs)
+    global _LEARNER_CALLS
+    _LEARNER_CALLS += 1
+    try:
+        with _time_limit(CALL_TIME_LIMIT_S, shown):
+            out = solution(*args, **kwargs)
+    finally:
+        _LEARNER_CALLS -= 1
     if out is None:
         raise ReturnedNone
     return out

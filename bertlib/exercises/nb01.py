@@ -167,7 +167,10 @@ def _every_invisible() -> str:
 
 @exercise("01.invisible_offsets", "Remove invisible characters and map each kept one back to the raw text",
           "f(text: str) -> (cleaned: str, offsets: list[int])  without format (Cf) and non-whitespace control (Cc) "
-          "characters; offsets[i] = the index in text of cleaned[i]")
+          "characters; offsets[i] = the index in text of cleaned[i]",
+          implemented_by=("bertlib.text.cleaning:remove_invisible", "bertlib.text.cleaning:is_invisible",
+                          "bertlib.text.cleaning:clean_text", "bertlib.text.cleaning:trace",
+                          "bertlib.text.cleaning:clean_texts"))
 def check_invisible_offsets(solution, rng: np.random.Generator) -> None:
     """Zero-width, bidi and tag characters, controls, whitespace controls that stay, every script, combining marks;
     invisible characters first, last and in a row, repeated letters, an all-invisible text, every invisible code
@@ -251,7 +254,9 @@ _HTML_PIECES = ("<br>", "<br/>", "<p>", "</p>", "<b>", "</b>", "<I>", "</I>", '<
 
 
 @exercise("01.strip_html", "Strip HTML tags and decode entities",
-          "f(text: str) -> str  tags -> a space, &entities; decoded, repeated until nothing changes")
+          "f(text: str) -> str  tags -> a space, &entities; decoded, repeated until nothing changes",
+          implemented_by=("bertlib.text.cleaning:strip_html", "bertlib.text.cleaning:clean_text",
+                          "bertlib.text.cleaning:trace", "bertlib.text.cleaning:clean_texts"))
 def check_strip_html(solution, rng: np.random.Generator) -> None:
     """Tags that glue words, entities escaped twice, escaped tags, '<3' and 'a < b', upper-case tags, unicode."""
     cases = [
@@ -362,7 +367,10 @@ def _random_link_text(rng: np.random.Generator) -> str:
 
 
 @exercise("01.replace_links", "Replace URLs, e-mail and IP addresses by a word, keeping the punctuation",
-          "f(text: str) -> str  URLs -> 'link', e-mail addresses -> 'email', IPv4 addresses -> 'ip'")
+          "f(text: str) -> str  URLs -> 'link', e-mail addresses -> 'email', IPv4 addresses -> 'ip'",
+          implemented_by=("bertlib.text.cleaning:replace_urls", "bertlib.text.cleaning:replace_emails",
+                          "bertlib.text.cleaning:replace_ips", "bertlib.text.cleaning:clean_text",
+                          "bertlib.text.cleaning:trace", "bertlib.text.cleaning:clean_texts"))
 def check_replace_links(solution, rng: np.random.Generator) -> None:
     """Trailing punctuation, parentheses and quotes, several URLs, unicode, an IP inside a URL, text without any."""
     cases = [
@@ -441,7 +449,9 @@ _RUNS = (" ", " ", "  ", "\t", "\n", " \n ", "\n\n", "\n\n\n\n", "\r\n", "\r\n\r
 
 
 @exercise("01.normalise_whitespace", "Normalise whitespace, keeping paragraphs",
-          "f(text: str) -> str  whitespace runs -> ' ', '\\n' or '\\n\\n' (2+ line breaks); ends stripped")
+          "f(text: str) -> str  whitespace runs -> ' ', '\\n' or '\\n\\n' (2+ line breaks); ends stripped",
+          implemented_by=("bertlib.text.cleaning:normalise_whitespace", "bertlib.text.cleaning:clean_text",
+                          "bertlib.text.cleaning:trace", "bertlib.text.cleaning:clean_texts"))
 def check_normalise_whitespace(solution, rng: np.random.Generator) -> None:
     """Tabs, blank lines, Windows line ends, spaces around breaks, unicode spaces, only whitespace, empty text."""
     cases = [

@@ -131,7 +131,8 @@ SYMBOL_POOL = "abcxyz019 _$+<=>^`|~.,;:!?'\"-()[]{}¿¡«»—…、·☃×😀�
 
 
 @exercise("02.split_words", "Split normalised text into BERT's words (whitespace and punctuation)",
-          "f(text: str) -> list[str]  (text already cleaned and lowercased; whitespace is plain spaces)")
+          "f(text: str) -> list[str]  (text already cleaned and lowercased; whitespace is plain spaces)",
+          implemented_by=("bertlib.text.wordpiece:BasicTokenizer", "bertlib.text.wordpiece:WordPieceTokenizer"))
 def check_split_words(solution, rng: np.random.Generator) -> None:
     """Plain sentences, runs of punctuation, Unicode punctuation, ASCII symbols, symbols that stay, spaces, empty."""
     _check_split_case("'hello, world! how are you?'", solution, "hello, world! how are you?")
@@ -284,7 +285,9 @@ def _check_scores_case(case: str, solution, trainer: WordPieceTrainer, counts: d
 
 
 @exercise("02.pair_scores", "The WordPiece score of every adjacent pair: count(ab) / (count(a) · count(b))",
-          "f(splits: dict[str, list[str]], word_counts: dict[str, int]) -> dict[tuple[str, str], float]")
+          "f(splits: dict[str, list[str]], word_counts: dict[str, int]) -> dict[tuple[str, str], float]",
+          implemented_by=("bertlib.text.wordpiece_trainer:WordPieceTrainer",
+                          "bertlib.text.wordpiece_trainer:train_wordpiece"))
 def check_pair_scores(solution, rng: np.random.Generator) -> None:
     """The toy corpus before and after merges, a repeated pair, Unicode, random corpora, nothing to pair."""
     _check_scores_case("the toy corpus {'low': 5, 'lower': 2, 'newest': 6, 'widest': 3}, split into characters",
@@ -413,7 +416,9 @@ def _check_merge_case(case: str, solution, splits: Splits, pair: tuple[str, str]
 
 
 @exercise("02.merge_pair", "Apply one merge to a word-split table, with '##' handled",
-          "f(splits: dict[str, list[str]], pair: tuple[str, str]) -> dict[str, list[str]]  (every word)")
+          "f(splits: dict[str, list[str]], pair: tuple[str, str]) -> dict[str, list[str]]  (every word)",
+          implemented_by=("bertlib.text.wordpiece_trainer:WordPieceTrainer", "bertlib.text.wordpiece_trainer:merge_in",
+                          "bertlib.text.wordpiece_trainer:train_wordpiece"))
 def check_merge_pair(solution, rng: np.random.Generator) -> None:
     """Continuation + continuation, initial + continuation, repeats, overlaps, token boundaries, Unicode, random."""
     toy = _trainer(TOY_COUNTS).current_splits()
@@ -502,7 +507,9 @@ def _check_step_case(case: str, solution, trainer: WordPieceTrainer, counts: dic
 
 @exercise("02.merge_step", "One training step: merge the best-scoring pair (ties: count, then alphabetical)",
           "f(splits: dict[str, list[str]], word_counts: dict[str, int]) -> (pair: tuple[str, str], "
-          "new_splits: dict[str, list[str]])")
+          "new_splits: dict[str, list[str]])",
+          implemented_by=("bertlib.text.wordpiece_trainer:WordPieceTrainer", "bertlib.text.wordpiece_trainer:merge_in",
+                          "bertlib.text.wordpiece_trainer:train_wordpiece"))
 def check_merge_step(solution, rng: np.random.Generator) -> None:
     """The toy corpus at several steps, the two kinds of tie, Unicode and random corpora, against bertlib's trainer."""
     clear = {"ab": 3, "cb": 1, "cd": 2}

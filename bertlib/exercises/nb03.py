@@ -179,7 +179,8 @@ def _check_sinusoidal_case(case: str, solution, max_len: int, dim: int) -> None:
 
 
 @exercise("03.sinusoidal", "The sinusoidal position table (Vaswani et al.): even columns sin, odd columns cos",
-          "f(max_len: int, dim: int) -> Tensor (max_len, dim)")
+          "f(max_len: int, dim: int) -> Tensor (max_len, dim)",
+          implemented_by=("bertlib.model.embeddings:sinusoidal_table",))
 def check_sinusoidal(solution, rng: np.random.Generator) -> None:
     """A small table, one position, the narrowest table, a random size, and BERT's 512 x 768."""
     _check_sinusoidal_case("max_len = 50, dim = 16", solution, 50, 16)
@@ -478,7 +479,8 @@ def _check_embed_case(case: str, solution, embeddings: BertEmbeddings, input_ids
 
 @exercise("03.embed", "BERT's input: LayerNorm(token + segment + position)",
           "f(embeddings: BertEmbeddings, input_ids: LongTensor (batch, seq), token_type_ids: LongTensor (batch, seq)) "
-          "-> Tensor (batch, seq, hidden)")
+          "-> Tensor (batch, seq, hidden)",
+          implemented_by=("bertlib.model.embeddings:BertEmbeddings.forward",))
 def check_embed(solution, rng: np.random.Generator) -> None:
     """A padded pair batch, one token, the full table, sinusoidal positions, and an input too long for the table."""
     embeddings = _random_embeddings(rng)

@@ -47,6 +47,11 @@ def _key_mask(lengths: list[int], seq_len: int) -> torch.Tensor:
     return torch.arange(seq_len)[None, :] < torch.tensor(lengths)[:, None]
 
 
+BERTLIB_ATTENTION = (
+    "bertlib.model.attention:eager_attention", "bertlib.model.attention:MultiHeadSelfAttention.forward")
+"""bertlib's attention, which the attention exercises must not run: the function and the layer's forward."""
+
+
 # --------------------------------------------------------------------------------------------------
 # 04.softmax
 # --------------------------------------------------------------------------------------------------
@@ -238,7 +243,8 @@ def _check_attention_case(case: str, solution, q: torch.Tensor, k: torch.Tensor,
 
 @exercise("04.attention", "Scaled dot-product attention with a key-padding mask, finite in float16",
           "f(q, k, v, key_padding_mask) -> Tensor  q, k, v (batch, heads, seq, head_dim); key_padding_mask "
-          "(batch, seq) bool, True = real token; returns (batch, heads, seq, head_dim)")
+          "(batch, seq) bool, True = real token; returns (batch, heads, seq, head_dim)",
+          implemented_by=BERTLIB_ATTENTION)
 def check_attention(solution, rng: np.random.Generator) -> None:
     """Padded float32, one key per sequence, an all-padding sequence, then float16 with all of them."""
     _check_attention_case("float32, 3 sequences of 6 positions with 6, 4 and 1 real tokens, 2 heads, head_dim 16",
@@ -369,7 +375,8 @@ def _check_causal_case(case: str, solution, q: torch.Tensor, k: torch.Tensor, v:
 @exercise("04.causal_attention", "Causal (GPT) attention with a key-padding mask, padded on either side",
           "f(q, k, v, key_padding_mask) -> Tensor  q, k, v (batch, heads, seq, head_dim); key_padding_mask "
           "(batch, seq) bool, True = real token, padding on the right or on the left; query i sees the real keys "
-          "j <= i; returns (batch, heads, seq, head_dim)")
+          "j <= i; returns (batch, heads, seq, head_dim)",
+          implemented_by=BERTLIB_ATTENTION)
 def check_causal_attention(solution, rng: np.random.Generator) -> None:
     """Right padding, left padding, length 1, an all-padding sequence, then float16 left-padded."""
     _check_causal_case("float32, right padding: 3 sequences of 6 positions with 6, 4 and 1 real tokens, 2 heads, "
@@ -472,7 +479,8 @@ def _check_alibi_case(case: str, solution, q: torch.Tensor, k: torch.Tensor, v: 
 @exercise("04.alibi_attention", "Attention with linear biases (ALiBi) for an encoder: -m_h·|i - j| on the scores",
           "f(q, k, v, key_padding_mask) -> Tensor  q, k, v (batch, heads, seq, head_dim), heads a power of 2; "
           "key_padding_mask (batch, seq) bool, True = real token; softmax(QKᵀ/sqrt(d) - m_h·|i - j|) V with "
-          "m_h = 2^(-8h/heads), h = 1 .. heads; returns (batch, heads, seq, head_dim)")
+          "m_h = 2^(-8h/heads), h = 1 .. heads; returns (batch, heads, seq, head_dim)",
+          implemented_by=BERTLIB_ATTENTION)
 def check_alibi_attention(solution, rng: np.random.Generator) -> None:
     """4 heads on a padded batch, 8 heads (slopes 1/2 .. 1/256), length 1, an all-padding sequence, float16."""
     _check_alibi_case("float32, 3 sequences of 6 positions with 6, 4 and 1 real tokens, 4 heads (slopes 1/4, 1/16, "
@@ -565,7 +573,8 @@ def _mha_mistakes(layer: MultiHeadSelfAttention, x: torch.Tensor, mask: torch.Te
 
 @exercise("04.multi_head_attention", "Multi-head self-attention with the weights of a bertlib layer",
           "f(layer: MultiHeadSelfAttention, x: Tensor (batch, seq, hidden), key_padding_mask: (batch, seq) bool) "
-          "-> Tensor (batch, seq, hidden)")
+          "-> Tensor (batch, seq, hidden)",
+          implemented_by=BERTLIB_ATTENTION)
 def check_multi_head_attention(solution, rng: np.random.Generator) -> None:
     """A random 3-head layer on a padded batch (with an all-padding sequence), compared at the real tokens."""
     torch_seed = int(rng.integers(2**31))

@@ -148,7 +148,8 @@ def _call_ffn(case: str, solution, *args: torch.Tensor) -> Any:
 @exercise("05.feed_forward", "The position-wise feed-forward network with GELU",
           "f(x, up_weight, up_bias, down_weight, down_bias) -> Tensor  x (..., hidden); up_weight (intermediate, "
           "hidden), up_bias (intermediate,), down_weight (hidden, intermediate), down_bias (hidden,) as nn.Linear "
-          "stores them; returns (..., hidden)")
+          "stores them; returns (..., hidden)",
+          implemented_by=("bertlib.model.bert:FeedForward.forward", "bertlib.model.bert:EncoderLayer"))
 def check_feed_forward(solution, rng: np.random.Generator) -> None:
     """bertlib's FeedForward with random weights, on a batch, on one token, and on a 2-D (seq, hidden) input."""
     config = BertConfig(vocab_size=16, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=40)
@@ -381,7 +382,8 @@ def _check_layer_case(case: str, solution, config: BertConfig, lengths: list[int
 @exercise("05.encoder_layer", "One post-LN encoder layer that loads bertlib's weights",
           "class EncoderLayer(nn.Module): __init__(self, config: BertConfig); forward(x (batch, seq, hidden), "
           "attention_mask (batch, seq) 1 = token, 0 = padding) -> Tensor (batch, seq, hidden); parameter names as "
-          "bertlib.model.bert.EncoderLayer")
+          "bertlib.model.bert.EncoderLayer",
+          implemented_by=("bertlib.model.bert:EncoderLayer",))  # its attention and FFN are other exercises' pieces
 def check_encoder_layer(solution, rng: np.random.Generator) -> None:
     """bertlib's weights loaded strictly; a padded batch, an all-padding sequence, another config (eps 0.1)."""
     config = BertConfig(vocab_size=16, hidden_size=32, num_layers=1, num_heads=4, intermediate_size=48,
@@ -455,7 +457,9 @@ def _count_mistake(config: BertConfig, mistake: dict[str, Any] | str) -> int:
 
 
 @exercise("05.parameter_count", "BertModel's parameter count from its config",
-          "f(config: BertConfig) -> int  (embeddings, layers and pooler of a BertModel with learned positions)")
+          "f(config: BertConfig) -> int  (embeddings, layers and pooler of a BertModel with learned positions)",
+          implemented_by=("bertlib.model.bert:BertModel", "bertlib.model.bert:BertForPreTraining",
+                          "bertlib.model.bert:BertForSequenceClassification"))
 def check_parameter_count(solution, rng: np.random.Generator) -> None:
     """BERT-base and other presets, vocabularies, position and segment tables, an FFN width that is not 4 x hidden."""
     configs = [

@@ -143,7 +143,8 @@ def _share_hint(mask_share: float, random_share: float, kept_share: float) -> st
 
 @exercise("06.mask_tokens", "MLM masking: 15% chosen, 80/10/10, never a special token",
           "f(input_ids, special_tokens_mask, mask_id, vocab_size, generator) -> (masked_ids, labels)  "
-          "LongTensor (batch, seq), bool (batch, seq), int, int, torch.Generator; labels -100 where not predicted")
+          "LongTensor (batch, seq), bool (batch, seq), int, int, torch.Generator; labels -100 where not predicted",
+          implemented_by=("bertlib.pretraining.mlm:MaskingCollator",))
 def check_mask_tokens(solution, rng: np.random.Generator) -> None:
     """A (128, 128) batch: types, no in-place change, labels, specials, then the shares within 5 sigma."""
     vocab_size = 1000
@@ -281,7 +282,8 @@ def _check_one_sequence(case: str, tokens: list[str], chosen: torch.Tensor) -> N
 
 
 @exercise("06.whole_word_mask", "Whole-word masking: a word and its ## pieces are chosen together",
-          "f(tokens: list[str], probability: float, generator: torch.Generator) -> Tensor (len(tokens),) bool")
+          "f(tokens: list[str], probability: float, generator: torch.Generator) -> Tensor (len(tokens),) bool",
+          implemented_by=("bertlib.pretraining.mlm:MaskingCollator",))
 def check_whole_word_mask(solution, rng: np.random.Generator) -> None:
     """Many seeded sequences: whole words, no special token, the share of chosen tokens, randomness, a seed."""
     seed, generator = _torch_generator(rng)
@@ -575,7 +577,11 @@ def _check_truncation_cases(solution, rng: np.random.Generator) -> None:
 
 @exercise("06.nsp_instance", "One NSP instance: [CLS] A [SEP] B [SEP], segment ids, label, truncation",
           "f(documents: list[list[list[int]]], doc: int, cut: int, is_next: bool, max_len: int, cls_id: int, "
-          "sep_id: int, rng: random.Random) -> dict(input_ids: list[int], token_type_ids: list[int], nsp_label: int)")
+          "sep_id: int, rng: random.Random) -> dict(input_ids: list[int], token_type_ids: list[int], nsp_label: int)",
+          implemented_by=("bertlib.pretraining.nsp:instances_from_document",
+                          "bertlib.pretraining.nsp:create_instances_from_ids",
+                          "bertlib.pretraining.nsp:create_instances", "bertlib.pretraining.nsp:truncate_pair",
+                          "bertlib.text.wordpiece:truncate_longest_first"))
 def check_nsp_instance(solution, rng: np.random.Generator) -> None:
     """IsNext exactly, NotNext over 60 seeded trials (never A's document), then the truncation rule."""
     _check_is_next(solution, rng)
@@ -641,7 +647,8 @@ def _check_loss(case: str, solution, mlm_logits: torch.Tensor, nsp_logits: torch
 
 @exercise("06.pretraining_loss", "BERT's pretraining loss: MLM over the predicted tokens + NSP",
           "f(mlm_logits (batch, seq, vocab), nsp_logits (batch, 2), mlm_labels (batch, seq) with -100, "
-          "nsp_labels (batch,)) -> Tensor (a scalar)")
+          "nsp_labels (batch,)) -> Tensor (a scalar)",
+          implemented_by=("bertlib.model.bert:BertForPreTraining",))
 def check_pretraining_loss(solution, rng: np.random.Generator) -> None:
     """Against bertlib.BertForPreTraining's loss on a tiny model, then random logits with uneven predictions."""
     torch.manual_seed(int(rng.integers(2**31)))  # check() restores the notebook's random stream afterwards

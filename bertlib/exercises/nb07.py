@@ -99,7 +99,8 @@ def _check_collated(case: str, solution, batch: list[list[int]], pad_id: int) ->
 
 @exercise("07.pad_collator", "Dynamic padding: pad a batch to its longest sequence",
           "f(batch: list[list[int]], pad_id: int) -> dict(input_ids: LongTensor (batch, longest), "
-          "attention_mask: (batch, longest) 1 = token, 0 = padding)")
+          "attention_mask: (batch, longest) 1 = token, 0 = padding)",
+          implemented_by=("bertlib.finetuning.batching:PadCollator",))
 def check_pad_collator(solution, rng: np.random.Generator) -> None:
     """Random batches with pad_id 1 (id 0 is a real token) and 0, one sequence, equal lengths, length 1."""
     lengths = rng.integers(1, 20, size=6)
@@ -216,7 +217,8 @@ def _as_float(case: str, got: Any, hint: str = "") -> float:
 
 
 @exercise("07.roc_auc", "ROC-AUC by counting pairs (ties count 1/2)",
-          "f(labels: np.ndarray (n,) 0/1, scores: np.ndarray (n,)) -> float; nan when labels hold one class only")
+          "f(labels: np.ndarray (n,) 0/1, scores: np.ndarray (n,)) -> float; nan when labels hold one class only",
+          implemented_by=("bertlib.finetuning.metrics:evaluate",))
 def check_roc_auc(solution, rng: np.random.Generator) -> None:
     """Against sklearn.metrics.roc_auc_score: continuous, tied and binary scores, extremes, one class."""
     n = 120
@@ -322,7 +324,8 @@ def _threshold_hint(outcomes: list[tuple[np.ndarray, np.ndarray, float]], failin
 
 @exercise("07.best_f1_threshold", "The decision threshold with the best F1",
           "f(labels: np.ndarray (n,) 0/1, scores: np.ndarray (n,)) -> float t; positive when score >= t; "
-          "any t that reaches the best F1 is accepted")
+          "any t that reaches the best F1 is accepted",
+          implemented_by=("bertlib.finetuning.metrics:tune_thresholds", "bertlib.finetuning.metrics:evaluate"))
 def check_best_f1_threshold(solution, rng: np.random.Generator) -> None:
     """The F1 that the learner's threshold reaches, against the best over every candidate score."""
     n = 150

@@ -1,0 +1,163 @@
+"""A solution that runs bertlib's own version of the piece it should write is refused, and the verdict names it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from bertlib import BertConfig, exercises
+from bertlib.exercises import checking, references
+from bertlib.model.attention import MultiHeadSelfAttention, eager_attention
+from bertlib.model.bert import EncoderLayer, FeedForward
+from bertlib.model.embeddings import sinusoidal_table
+from bertlib.text import cleaning
+
+
+def feed_forward_module(x, up_weight, up_bias, down_weight, down_bias):
+    """bertlib's own module with the given weights."""
+    hidden, intermediate = up_weight.shape[1], up_weight.shape[0]
+    ffn = FeedForward(BertConfig(vocab_size=8, hidden_size=hidden, num_heads=1, intermediate_size=intermediate))
+    ffn.load_state_dict({"up.weight": up_weight, "up.bias": up_bias, "down.weight": down_weight,
+                         "down.bias": down_bias})
+    return ffn(x)
+
+
+def invisible_offsets_by_bertlib(text):
+    keep = np.array([not cleaning.is_invisible(ch) for ch in text], dtype=bool)
+    return cleaning.remove_invisible(text)[0], np.flatnonzero(keep)
+
+
+BERTLIB_ANSWERS = {  # exercise id: an answer that runs bertlib's own version of the piece
+    "01.invisible_offsets": invisible_offsets_by_bertlib,
+    "01.strip_html": lambda text: cleaning.strip_html(text)[0],
+    "01.replace_links": lambda text: cleaning.clean_text(text, invisible=False, html=False, emoji=False,
+                                                         whitespace=False),
+    "01.normalise_whitespace": lambda text: cleaning.normalise_whitespace(text)[0],
+    "03.sinusoidal": sinusoidal_table,
+    "03.embed": lambda embeddings, input_ids, token_type_ids: embeddings(input_ids, token_type_ids),
+    "05.feed_forward": feed_forward_module,
+}
+GUARDED = [(ex.id, target) for ex in checking._load_all().values() for target in ex.implemented_by]
+
+
+def test_the_capstone_pieces_and_every_piece_bertlib_implements_name_bertlib_s_versions():
+    guarded = {exercise_id for exercise_id, _ in GUARDED}
+    assert {"03.embed", "04.attention", "04.multi_head_attention", "05.feed_forward", "05.encoder_layer",
+            "06.mask_tokens", "06.pretraining_loss", "01.strip_html", "02.merge_step", "07.pad_collator"} <= guarded
+
+
+@pytest.mark.parametrize(("exercise_id", "target"), GUARDED)
+def test_a_solution_that_calls_bertlib_s_version_is_refused_before_it_runs(exercise_id, target):
+    borrowed, ran = checking._resolve(target), []
+
+    def solution(*args, **kwargs):
+        ran.append(True)
+        return borrowed(*args, **kwargs)
+
+    result = exercises.check(exercise_id, solution)
+    assert not result.passed and result.reason == "your code calls bertlib's version" and not ran
+    assert target.replace(":", ".") in result.message and "Write it yourself" in result.message
+    with pytest.raises(AssertionError, match="bertlib's own version"):
+        exercises.check(exercise_id, solution, strict=True)
+
+
+@pytest.mark.parametrize("exercise_id", BERTLIB_ANSWERS)
+def test_bertlib_s_own_answers_pass_the_checker_and_check_refuses_them(exercise_id):
+    answer = BERTLIB_ANSWERS[exercise_id]
+    checking.get(exercise_id).checker(answer, np.random.default_rng(0))  # bertlib's piece is right
+    result = exercises.check(exercise_id, answer)
+    assert not result.passed and result.reason == "your code calls bertlib's version", result.message
+
+
+def test_imports_inside_the_function_module_attributes_and_aliases_are_followed():
+    def imported_inside(q, k, v, mask):
+        from bertlib.model.attention import eager_attention as mine
+        return mine(q, k, v, mask)[0]
+
+    def module_inside(q, k, v, mask):
+        import bertlib.model.attention as attention_module
+        return attention_module.eager_attention(q, k, v, mask)[0]
+
+    def through_the_package(q, k, v, mask):
+        import bertlib
+        return bertlib.model.attention.eager_attention(q, k, v, mask)[0]
+
+    for solution in (imported_inside, module_inside, through_the_package):
+        assert "bertlib.model.attention.eager_attention" in exercises.check("04.attention", solution).message
+
+
+def test_a_helper_a_closure_and_a_default_argument_are_followed():
+    def helper(q, k, v, mask):
+        return eager_attention(q, k, v, mask)[0]
+
+    def through_a_helper(q, k, v, mask):
+        return helper(q, k, v, mask)
+
+    def make_closure():
+        attend = eager_attention
+
+        def closure(q, k, v, mask):
+            return attend(q, k, v, mask)[0]
+        return closure
+
+    def with_default(q, k, v, mask, attend=eager_attention):
+        return attend(q, k, v, mask)[0]
+
+    for solution in (through_a_helper, make_closure(), with_default):
+        result = exercises.check("04.attention", solution)
+        assert "bertlib.model.attention.eager_attention" in result.message, solution.__name__
+
+
+def test_a_class_built_on_bertlib_s_layer_is_refused():
+    class MyLayer(EncoderLayer):
+        pass
+
+    result = exercises.check("05.encoder_layer", MyLayer)
+    assert "is built on bertlib.model.bert.EncoderLayer" in result.message
+
+
+def test_calling_the_layer_the_exercise_passes_in_is_caught_while_it_runs():
+    result = exercises.check("04.multi_head_attention", lambda layer, x, mask: layer(x, mask)[0])
+    assert not result.passed and "MultiHeadSelfAttention.forward" in result.message
+    result = exercises.check("03.embed", lambda embeddings, ids, segments: embeddings(ids, segments))
+    assert not result.passed and "BertEmbeddings.forward" in result.message
+
+
+def test_a_learner_s_except_exception_cannot_swallow_the_refusal():
+    def swallowing(layer, x, mask):
+        try:
+            return layer(x, mask)[0]
+        except Exception:
+            return torch.zeros_like(x)
+
+    result = exercises.check("04.multi_head_attention", swallowing)
+    assert "MultiHeadSelfAttention.forward" in result.message
+
+
+def test_bertlib_s_layers_are_themselves_again_once_a_check_is_over():
+    methods = {name: member for name, member in vars(MultiHeadSelfAttention).items() if callable(member)}
+    exercises.check("04.multi_head_attention", lambda layer, x, mask: layer(x, mask)[0])
+    assert {name: member for name, member in vars(MultiHeadSelfAttention).items() if callable(member)} == methods
+
+
+def test_bertlib_s_reference_answers_are_refused_too_called_or_given():
+    def copied(x):
+        return references.gelu(x)
+
+    for solution in (copied, references.gelu):
+        result = exercises.check("05.gelu", solution)
+        assert "bertlib's reference answer, bertlib.exercises.references.gelu" in result.message
+
+
+def test_bertlib_s_own_function_given_as_the_solution_is_refused():
+    result = exercises.check("03.sinusoidal", sinusoidal_table)
+    assert "your solution (bertlib.model.embeddings.sinusoidal_table)" in result.message
+
+
+def test_an_unrelated_bertlib_helper_is_allowed():
+    def own_strip_html(text):  # uses a bertlib character test, not bertlib's strip_html
+        return "".join(ch for ch in text if not cleaning.is_pictograph(ch))
+
+    result = exercises.check("01.strip_html", own_strip_html)
+    assert result.reason != "your code calls bertlib's version"

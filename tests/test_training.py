@@ -28,7 +28,7 @@ from bertlib.training.checkpoint import latest_checkpoint, load_checkpoint
 from bertlib.training.config import TrainingConfig
 from bertlib.training.history import History
 from bertlib.training.optimizer import param_groups
-from bertlib.training.precision import resolve_precision
+from bertlib.training.precision import precision_line, resolve_precision
 from bertlib.training.schedule import linear_warmup_decay, noam_schedule
 from bertlib.training.trainer import Trainer
 
@@ -307,10 +307,20 @@ def test_precision_selection(monkeypatch):
     assert resolve_precision("bf16", "cpu") == "bf16"
     with pytest.raises(ValueError, match="CUDA"):
         resolve_precision("fp16", "cpu")
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
-    assert resolve_precision("auto", "cuda") == "bf16"
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
-    assert resolve_precision("auto", "cuda") == "fp16"
+
+
+@pytest.mark.parametrize(("capability", "gpu", "expected"), [
+    ((7, 5), "Tesla T4", "fp16"), ((7, 0), "Tesla V100", "fp16"), ((8, 0), "NVIDIA A100", "bf16"),
+    ((8, 9), "NVIDIA L4", "bf16"), ((9, 0), "NVIDIA H100", "bf16")])
+def test_auto_precision_follows_native_bf16_not_emulation(monkeypatch, capability, gpu, expected):
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # what torch says on a T4 too
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a, **k: capability)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a, **k: gpu)
+    assert resolve_precision("auto", "cuda") == expected
+    line = precision_line(expected, "cuda")
+    assert gpu in line and f"compute capability {capability[0]}.{capability[1]}" in line
+    assert ("has native bf16" in line) == (expected == "bf16")
+    assert precision_line("fp32", "cpu") == "precision fp32: no CUDA GPU (cpu)"
 
 
 def test_auto_precision_on_cpu_is_fp32_and_bf16_runs():

@@ -44,6 +44,7 @@ from bertlib.training.checkpoint import DiskFullError, OutDirError, check_out_di
 from bertlib.training.config import TrainingConfig
 from bertlib.training.history import History
 from bertlib.training.lock import RunLock, RunLockedError
+from bertlib.training.precision import precision_line
 from bertlib.training.time_budget import fit_steps_to_budget
 from bertlib.training.trainer import NonFiniteLossError, Trainer
 
@@ -320,6 +321,8 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
         print(f"model: {args.config} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters), "
               f"{trainer.device}, {trainer.precision}, {trainer.world_size} process(es), "
               f"batch {args.batch_size * trainer.world_size} x seq {args.seq_len}")
+        if trainer.device.type == "cuda":
+            print(precision_line(trainer.precision, trainer.device))
         print(f"checkpoints: {out.resolve()}/checkpoint-<step>.pt (every {args.checkpoint_every} steps and at the end)"
               + (f"; resumed at step {trainer.step} (the line above names the checkpoint)" if trainer.step
                  else "; starting fresh"))

@@ -255,6 +255,18 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, how):
         assert torch.equal(a["exp_avg_sq"], b["exp_avg_sq"])
 
 
+def test_a_resumed_run_with_more_steps_takes_its_first_step_at_the_new_schedule_s_rate(tmp_path):
+    data = classification_data(8)
+    settings = dict(batch_size=4, lr=1.0, warmup_steps=0, out_dir=tmp_path)
+    Trainer(classifier(), quiet(max_steps=4, **settings), data, stack).train(stop_at=2)  # lr 0.5 at step 2 of 4
+    with pytest.warns(UserWarning, match="8 steps in all instead of 4"):
+        longer = Trainer(classifier(), quiet(max_steps=8, **settings), data, stack)
+        longer.train(stop_at=2)  # restores, trains nothing
+    rates = [group["lr"] for group in longer.optimizer.param_groups]
+    assert rates == pytest.approx([0.75] * len(rates))  # step 2 of 8 decays to 1 - 2/8, not 4's 0.5
+    assert longer.scheduler.get_last_lr() == pytest.approx(rates)
+
+
 def test_resume_refuses_a_different_data_order(tmp_path):
     data = classification_data(8)
     Trainer(classifier(), quiet(max_steps=2, batch_size=4, out_dir=tmp_path), data, stack).train(stop_at=1)

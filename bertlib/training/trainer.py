@@ -695,6 +695,9 @@ class Trainer:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        for group, base_lr in zip(self.optimizer.param_groups, self.scheduler.base_lrs, strict=True):
+            group["lr"] = base_lr * self._lr_multiplier(self.scheduler.last_epoch)  # this run's schedule, from now
+        self.scheduler._last_lr = [group["lr"] for group in self.optimizer.param_groups]
         if self.scaler is not None and state["scaler"] is not None:
             self.scaler.load_state_dict(state["scaler"])
         self.step, self.epoch, self.position = state["step"], state["epoch"], state["position"]

@@ -11,6 +11,7 @@ installed.
 
 from __future__ import annotations
 
+import html
 import inspect
 from typing import TYPE_CHECKING
 
@@ -30,9 +31,38 @@ __getattr__, __dir__, _lazy_names = lazy_exports(__name__, {
     "model.bert": ("BertForPreTraining", "BertForSequenceClassification", "BertModel"),
     "model": ("hf",),
 })
-__all__ = [*_lazy_names, "show"]
+__all__ = [*_lazy_names, "SourceCode", "show"]
 
 
-def show(obj) -> None:
-    """Print the source of a bertlib function or class, so a notebook shows the code it runs (also course.show)."""
-    print(inspect.getsource(obj))
+class SourceCode:
+    """The source of a function or class: folded under its name in a notebook's HTML, plain text elsewhere."""
+
+    def __init__(self, obj: object) -> None:
+        self.name = f"{obj.__module__}.{obj.__qualname__}"
+        self.text = inspect.getsource(obj)
+
+    def __repr__(self) -> str:
+        return self.text
+
+    def _repr_html_(self) -> str:
+        lines = self.text.count("\n")
+        return (f"<details><summary>bertlib's code: <code>{html.escape(self.name)}</code> ({lines} lines, click to "
+                f"open)</summary><pre>{html.escape(self.text)}</pre></details>")
+
+
+def show(obj: object) -> None:
+    """Show the source of a bertlib function or class, so a notebook shows the code it runs (also course.show).
+
+    In a notebook it is folded under its name, so that the page reads on and the code is one click away (Jupyter,
+    Colab, Kaggle and the site render the fold); outside one it is printed.
+    """
+    source = SourceCode(obj)
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:
+        get_ipython = None
+    if get_ipython is not None and get_ipython() is not None:
+        display(source)
+    else:
+        print(source.text)

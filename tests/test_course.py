@@ -293,3 +293,15 @@ def test_a_saved_progress_widget_becomes_its_last_line_of_text():
 def test_failure_status_drops_colour_codes_and_keeps_the_last_line():
     error = RuntimeError("\x1b[0;31mTraceback\x1b[0m\n\x1b[0;31mValueError\x1b[0m: bad value\n")
     assert runner.failure_status(error) == "FAILED: RuntimeError: ValueError: bad value"
+
+
+def test_show_prints_the_source_outside_a_notebook_and_folds_it_under_its_name_in_one(capsys):
+    from bertlib import SourceCode, show
+    from bertlib.pretraining.mlm import pretraining_metrics
+
+    show(pretraining_metrics)
+    printed = capsys.readouterr().out
+    assert printed.startswith("@torch.no_grad()\ndef pretraining_metrics(") and "<details>" not in printed
+    folded = SourceCode(pretraining_metrics)._repr_html_()
+    assert folded.startswith("<details><summary>bertlib's code: <code>bertlib.pretraining.mlm.pretraining_metrics")
+    assert "&gt;" in folded and "-> dict" not in folded  # the code is escaped inside the fold

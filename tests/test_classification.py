@@ -457,6 +457,17 @@ def test_predict_reads_stdin_and_reports_empty_comments(tiny_checkpoint, tmp_pat
         classifier.predict(["fine", ""])
 
 
+@pytest.mark.parametrize("batch_size", [-1, 0])
+def test_a_batch_size_below_one_is_refused_not_scored_as_zeros(tiny_checkpoint, tmp_path, capsys, batch_size):
+    classifier = ToxicityClassifier.from_checkpoint(tiny_checkpoint, ["toxic"], verbose=False)
+    folder = classifier.save(tmp_path / "model")
+    with pytest.raises(SystemExit) as stop:
+        predict_main(["--model", str(folder), "--batch-size", str(batch_size), "thanks"])
+    assert stop.value.code == 2 and f"--batch-size must be at least 1, got {batch_size}" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="batch_size must be a whole number of at least 1"):
+        classifier.predict(["thanks"], batch_size=batch_size)
+
+
 def test_predict_reads_csv_through_the_one_reader_and_names_bad_files(tiny_checkpoint, tmp_path, capsys):
     classifier = ToxicityClassifier.from_checkpoint(tiny_checkpoint, ["toxic"], verbose=False)
     folder = classifier.save(tmp_path / "model")

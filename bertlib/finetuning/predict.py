@@ -82,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--json", action="store_true", help="one JSON object per comment")
     args = parser.parse_args(argv)
+    if args.batch_size < 1:
+        parser.error(f"--batch-size must be at least 1, got {args.batch_size}")
     comments = Comments(list(args.texts), [f"argument {i}" for i in range(1, len(args.texts) + 1)])
     try:
         if args.file is not None:

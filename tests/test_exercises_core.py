@@ -78,9 +78,13 @@ def test_a_check_does_not_move_the_notebooks_random_stream():
     assert torch.equal(torch.rand(3), expected)
 
 
-def test_unknown_ids_list_the_known_ones():
+def test_an_unknown_id_is_a_verdict_that_lists_the_known_ones_and_the_closest():
+    result = exercises.check("99.doubel", lambda x: x)
+    assert not result.passed and "99.double" in result.message and "did you mean '99.double'?" in result.message
+    with pytest.raises(AssertionError, match="no exercise '99.doubel'"):
+        exercises.check("99.doubel", lambda x: x, strict=True)
     with pytest.raises(KeyError, match="99.double"):
-        exercises.check("99.nope", lambda x: x)
+        exercises.get("99.nope")
 
 
 def test_list_prints_ids_titles_and_signatures(capsys):
@@ -142,6 +146,20 @@ def test_an_endless_loop_ends_in_a_verdict_that_names_the_call(monkeypatch):
 
     result = exercises.check("05.gelu", gelu)
     assert not result.passed and "did not return within 0.2 s" in result.message and "Tensor shape" in result.message
+
+
+def test_an_endless_loop_that_catches_every_exception_still_ends_in_a_verdict(monkeypatch):
+    monkeypatch.setattr(checking, "CALL_TIME_LIMIT_S", 0.2)
+
+    def gelu(x):
+        while True:
+            try:  # noqa: SIM105 (the learner's code under test swallows every Exception)
+                x = x + 0
+            except Exception:
+                pass
+
+    result = exercises.check("05.gelu", gelu)
+    assert not result.passed and "did not return within 0.2 s" in result.message
 
 
 def test_sys_exit_in_learner_code_is_a_verdict_not_an_exit():

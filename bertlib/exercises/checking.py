@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import builtins
 import contextlib
+import difflib
 import dis
 import functools
 import html
@@ -142,7 +143,7 @@ class ReturnedNone(Exception):  # noqa: N818 (a verdict about the learner's code
     """The learner's function returned None: usually a forgotten `return`."""
 
 
-class TimedOut(Exception):  # noqa: N818
+class TimedOut(BaseException):  # noqa: N818 (BaseException: a learner's `except Exception` cannot swallow it)
     """The learner's function did not return within CALL_TIME_LIMIT_S."""
 
 
@@ -415,7 +416,15 @@ def _time_limit(seconds: float, what: Callable[[], str]) -> Iterator[None]:
 
 def check(exercise_id: str, solution: Any, *, strict: bool = False, seed: int = 0) -> Result:
     """Check the learner's `solution` for `exercise_id` on seeded cases; raise AssertionError only if strict."""
-    ex = get(exercise_id)
+    try:
+        ex = get(exercise_id)
+    except KeyError as error:  # a mistyped id is a verdict too: check never raises in a notebook
+        close = difflib.get_close_matches(str(exercise_id), _load_all(), n=1)
+        result = Result(str(exercise_id), False, f"✗ {error.args[0]}" + (f"\n  did you mean {close[0]!r}?"
+                                                                          if close else ""), "no such exercise")
+        if strict:
+            raise AssertionError(result.message) from None
+        return result
     if is_starter(solution):
         result = Result(exercise_id, False, f"… {exercise_id} not attempted yet: replace `raise NotImplementedError` "
                                             "(or `...`) with your code, then run this cell again.",

@@ -101,6 +101,20 @@ def test_unusable_checkpoints_are_named_and_never_suggest_weights_only_false(tmp
     assert all(f"checkpoint-{step}.pt" in named for step in (2, 3, 4))
 
 
+def test_a_flipped_bit_in_a_checkpoint_s_weights_is_caught_and_the_one_before_is_used(tmp_path):
+    weights = torch.arange(1000, dtype=torch.float32)
+    save_checkpoint({"step": 1, "w": weights}, tmp_path / "checkpoint-1.pt")
+    save_checkpoint({"step": 2, "w": weights + 1}, tmp_path / "checkpoint-2.pt")
+    damaged = bytearray((tmp_path / "checkpoint-2.pt").read_bytes())
+    damaged[damaged.find(torch.tensor([501.0]).numpy().tobytes())] ^= 1  # 501.0 -> another float, same size
+    (tmp_path / "checkpoint-2.pt").write_bytes(damaged)
+    with pytest.raises(CheckpointError, match="checkpoint-2.pt is damaged: .* does not match the checksum"):
+        load_checkpoint(tmp_path / "checkpoint-2.pt")
+    with pytest.warns(UserWarning, match="checkpoint-2.pt"):
+        path, state = load_latest_checkpoint(tmp_path)
+    assert path.name == "checkpoint-1.pt" and torch.equal(state["w"], weights)
+
+
 def test_orphaned_temp_files_of_dead_processes_are_removed(tmp_path):
     orphan = tmp_path / f".checkpoint-5.pt.{dead_pid()}.tmp"
     orphan.write_bytes(b"partial")

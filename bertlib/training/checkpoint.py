@@ -37,6 +37,7 @@ import os
 import re
 import shutil
 import warnings
+import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -167,6 +168,15 @@ def _disk_full_error(path: Path, error: BaseException) -> DiskFullError:
                                        f"{type(error).__name__}: {error}); {path.name} was not saved, and {kept}")
 
 
+def _damaged_record(path: Path) -> str | None:
+    """The first record of a torch.save archive whose bytes fail their CRC-32, which torch.load never checks."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError):  # not a whole zip archive: torch.load says why below
+        return None
+
+
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Read a checkpoint with torch.load(weights_only=True); CheckpointError names the file if it cannot be used."""
     import torch
@@ -176,6 +186,10 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         raise FileNotFoundError(f"no checkpoint at {path}")
     if path.stat().st_size == 0:
         raise CheckpointError(f"checkpoint {path} is empty (0 bytes): a write was cut short")
+    damaged = _damaged_record(path)
+    if damaged is not None:
+        raise CheckpointError(f"checkpoint {path} is damaged: its record {damaged} does not match the checksum "
+                              "written with it (a flipped bit on disk, or a bad copy); it is not used")
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as error:  # torch raises RuntimeError, EOFError, UnpicklingError... for a bad file

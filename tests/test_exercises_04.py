@@ -27,7 +27,7 @@ def softmax_logsumexp(scores):
 
 
 def softmax_float64(scores):
-    return scores.double().softmax(-1)
+    return scores.double().softmax(-1).to(scores.dtype)  # computed in float64, returned in the input's dtype
 
 
 def softmax_naive(scores):
@@ -84,6 +84,18 @@ SOFTMAX_MISTAKES = {
     "log-softmax": (softmax_log, "log-probabilities"),
     "not-normalised": (softmax_unnormalised, "without dividing by the row sums"),
 }
+
+
+def test_a_softmax_that_returns_float64_or_overwrites_its_input_is_refused():
+    result = exercises.check("04.softmax", lambda scores: scores.double().softmax(-1))
+    assert not result.passed and "expected dtype torch.float32 (the input's), got dtype torch.float64" in result.message
+
+    def in_place(scores):
+        scores.sub_(scores.amax(-1, keepdim=True)).exp_()
+        return scores / scores.sum(-1, keepdim=True)
+
+    result = exercises.check("04.softmax", in_place)
+    assert not result.passed and "changed the scores it was given" in result.message, result.message
 
 
 @pytest.mark.parametrize("mistake", SOFTMAX_MISTAKES.values(), ids=SOFTMAX_MISTAKES.keys())

@@ -94,7 +94,11 @@ def _softmax_mistakes(scores: torch.Tensor) -> Mistakes:
 
 def _check_softmax_case(case: str, solution, scores: torch.Tensor, atol: float = 1e-6, rtol: float = 1e-4) -> None:
     expected = scores.float().softmax(-1)
-    got = tensor_of_shape(case, call(solution, scores.clone()), tuple(scores.shape), SOFTMAX_HINT)
+    given = scores.clone()
+    got = tensor_of_shape(case, call(solution, given), tuple(scores.shape), SOFTMAX_HINT, dtype=scores.dtype)
+    if not torch.equal(given, scores):
+        raise Fail(case, "your function changed the scores it was given", "leave the input as it is: an in-place "
+                   "operation (sub_, exp_, /=) on it overwrites the caller's scores; compute on a new tensor")
     hint = diagnose(got, _softmax_mistakes(scores), expected=expected)
     if not hint and not torch.isfinite(got).all():
         hint = OVERFLOW_HINT

@@ -65,6 +65,14 @@ def test_check_out_dir_refuses_files_and_read_only_folders(tmp_path):
         check_out_dir(locked)
 
 
+@pytest.mark.parametrize("empty", ["", "  "])
+def test_an_empty_out_dir_is_refused_before_it_becomes_the_current_folder(empty, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(OutDirError, match="output folder is empty"):
+        check_out_dir(empty)
+    assert not list(tmp_path.iterdir())
+
+
 def test_checkpoint_names_sort_by_step(tmp_path):
     for step in (9, 10, 100):
         save_checkpoint({"step": step}, tmp_path / f"checkpoint-{step}.pt")

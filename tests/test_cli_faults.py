@@ -118,6 +118,21 @@ def test_a_refused_pretrain_resume_leaves_run_json_as_it_was(corpus, vocab, tmp_
         assert pretrain(corpus, vocab, out, "--seed", "1", "--steps", "3") == 0  # the original run goes on
 
 
+def test_an_empty_out_is_refused_by_both_commands_and_the_current_folder_is_left_alone(
+        corpus, vocab, tiny_checkpoint, tmp_path, capsys, monkeypatch):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "config.json").write_text("the user's own file")
+    monkeypatch.chdir(work)
+    with pytest.raises(SystemExit, match="output folder is empty"):
+        pretrain(corpus, vocab, "")
+    data = write(comments(), tmp_path / "a.csv")
+    assert finetune(tiny_checkpoint, data, "") == 2
+    assert "output folder is empty" in capsys.readouterr().err
+    assert sorted(p.name for p in work.iterdir()) == ["config.json"]
+    assert (work / "config.json").read_text() == "the user's own file"
+
+
 # -- finetune --init ---------------------------------------------------------------------------------------
 
 

@@ -242,7 +242,7 @@ def run_pretraining(args: argparse.Namespace) -> int:
     lock = RunLock(out)
     try:
         if is_main:
-            check_out_dir(out)
+            check_out_dir(args.out)  # the string as given: Path("") would be the current folder
             lock.acquire()
         said = resolve_steps(args, out)
         if said is not None and is_main:

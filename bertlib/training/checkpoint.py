@@ -82,8 +82,11 @@ def check_out_dir(path: str | Path) -> Path:
     """`path` as a folder we can write to, created if missing: checked before training, not after it.
 
     Refuses a path that is a file (or has a file among its parents) and a folder we cannot write, naming
-    the path and what to do.
+    the path and what to do, and an empty path, which would write into the current folder.
     """
+    if not str(path).strip():
+        raise OutDirError("the output folder is empty (--out ''): it would write run files into the current "
+                          "folder; give --out a folder path")
     path = Path(path)
     for part in (path, *path.parents):
         if part.exists() and not part.is_dir():

@@ -219,11 +219,13 @@ def test_needs_lets_a_cell_run_or_says_it_is_skipped(capsys, monkeypatch):
 # ---------------------------------------------------------------------------------------------------------
 
 
-def test_only_with_no_match_exits_non_zero_and_names_what_there_is():
-    result = subprocess.run([sys.executable, "-m", "bertlib.course", "--only", "99"], capture_output=True,
+@pytest.mark.parametrize("only", [["99"], ["00", "0S"]], ids=["nothing-matches", "one-typo-among-several"])
+def test_an_only_prefix_that_matches_nothing_exits_non_zero_and_names_what_there_is(only):
+    result = subprocess.run([sys.executable, "-m", "bertlib.course", "--only", *only], capture_output=True,
                             text=True, timeout=120, cwd=ROOT)
     assert result.returncode != 0
-    assert "no notebooks matching 99" in result.stderr and "00_introduction.ipynb" in result.stderr
+    assert f"--only {only[-1]}: no notebook starts with it" in result.stderr
+    assert "00_introduction.ipynb" in result.stderr
 
 
 @pytest.mark.slow

@@ -153,6 +153,11 @@ def main(argv: list[str] | None = None) -> int:
     session.SMOKE = os.environ.get("BERTLIB_SMOKE", "0") == "1"
 
     available = notebook_paths(solutions=args.solutions)
+    unmatched = [prefix for prefix in args.only or [] if not any(p.name.startswith(prefix) for p in available)]
+    if unmatched:  # a typo among several prefixes would otherwise be dropped without a word
+        print(f"--only {' '.join(unmatched)}: no notebook starts with {'it' if len(unmatched) == 1 else 'them'} "
+              f"(there are: {', '.join(p.name for p in available) or 'none'})", file=sys.stderr)
+        return 2
     paths = [p for p in available if not args.only or p.name.startswith(tuple(args.only))]
     if not paths:
         wanted = f" matching {' '.join(args.only)}" if args.only else ""

@@ -133,6 +133,18 @@ def test_an_empty_out_is_refused_by_both_commands_and_the_current_folder_is_left
     assert (work / "config.json").read_text() == "the user's own file"
 
 
+def test_a_max_len_beyond_the_model_s_positions_is_said_and_run_json_records_what_was_used(tiny_checkpoint,
+                                                                                             tmp_path):
+    import json
+
+    positions = json.loads((tiny_checkpoint / "config.json").read_text())["max_position_embeddings"]
+    data = write(comments(), tmp_path / "a.csv")
+    with pytest.warns(UserWarning, match=f"max_len 100000 is more than the model's {positions} positions"):
+        assert finetune(tiny_checkpoint, data, tmp_path / "out", "--max-len", "100000") == 0
+    summary = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert summary["max_len_used"] == positions and summary["config"]["max_len"] == 100000
+
+
 # -- finetune --init ---------------------------------------------------------------------------------------
 
 

@@ -74,7 +74,11 @@ class ToxicityClassifier:
         if self.tokenizer.get_vocab_size() != model.config.vocab_size:
             raise ValueError(f"{self.vocab_file} has {self.tokenizer.get_vocab_size()} tokens but the model's "
                              f"vocab_size is {model.config.vocab_size}: use the checkpoint's own vocab.txt")
-        self.max_len = min(max_len, model.config.max_position_embeddings)
+        positions = model.config.max_position_embeddings
+        if max_len > positions:
+            warnings.warn(f"max_len {max_len} is more than the model's {positions} positions: comments are cut at "
+                          f"{positions} tokens", stacklevel=2)
+        self.max_len = min(max_len, positions)
         self.clean = clean
         n = model.config.num_labels
         self.thresholds = np.full(n, 0.5) if thresholds is None else np.asarray(thresholds, dtype=np.float64)

@@ -282,6 +282,7 @@ def run_finetune(run: RunConfig) -> RunResult:
         "empty_after_cleaning": data.empty, "duplicates": data.duplicates.as_dict(), **sizes,
         "positives": positives, "steps": result.steps, "best_step": result.best_step,
         "stopped_early": result.stopped_early, "train_seconds": round(result.seconds, 1), "config": result.config,
+        "max_len_used": result.classifier.max_len,  # config's max_len, capped at the model's positions
         "thresholds": dict(zip(names, result.classifier.thresholds.tolist(), strict=True)),
         "test_metrics": _headline(result.test_metrics),
     }

@@ -234,6 +234,8 @@ def test_a_full_disk_names_the_file_and_the_intact_checkpoint(tmp_path, monkeypa
         trainer.train()
     monkeypatch.undo()
     assert caught.value.errno == errno.ENOSPC
+    assert "keep_checkpoints" not in str(caught.value)  # no command line has it: the hint names what a user can do
+    assert "older checkpoint-<step>.pt files beside it can go" in str(caught.value)
     assert load_checkpoint(latest_checkpoint(tmp_path))["step"] == 2
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 

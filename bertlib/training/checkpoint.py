@@ -164,8 +164,9 @@ def _disk_full_error(path: Path, error: BaseException) -> DiskFullError:
     except OSError:
         free = "free space unknown"
     last = latest_checkpoint(path.parent)
-    kept = (f"the last checkpoint, {last}, is intact (files are written whole or not at all): free some space, or "
-            "lower keep_checkpoints, and run again to resume from it" if last is not None else
+    kept = (f"the last checkpoint, {last}, is intact (files are written whole or not at all): free some space (the "
+            "older checkpoint-<step>.pt files beside it can go: resuming needs only the newest) and run again to "
+            "resume from it" if last is not None else
             "no earlier checkpoint exists in that folder: free some space and run again")
     return DiskFullError(errno.ENOSPC, f"the disk is full: {path} could not be written ({free} on {path.parent}; "
                                        f"{type(error).__name__}: {error}); {path.name} was not saved, and {kept}")

@@ -21,12 +21,14 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> None:
     """Call write(temp_path), fsync the temp file, then rename it over `path`: `path` is whole or untouched.
 
     The temp file sits in the same folder (a rename never crosses file systems) and is removed if `write`
-    or anything after it fails.
+    or anything after it fails. The file gets the permissions of any new file (0644 under the usual umask),
+    whatever `write` used: safetensors writes 0600.
     """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())
         descriptor = os.open(tmp, os.O_RDONLY)
         try:
             os.fsync(descriptor)
@@ -36,6 +38,13 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> None:
     finally:
         tmp.unlink(missing_ok=True)
     _fsync_folder(path.parent)
+
+
+def _umask() -> int:
+    """The process's umask (reading it means setting it, so it is set straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _fsync_folder(folder: Path) -> None:

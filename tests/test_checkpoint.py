@@ -50,6 +50,17 @@ def test_atomic_write_leaves_the_old_file_whole_when_writing_fails(tmp_path):
     assert target.read_text() == "new" and len(list(tmp_path.iterdir())) == 1
 
 
+def test_atomic_write_gives_a_new_file_s_permissions_even_to_a_writer_that_makes_it_private(tmp_path):
+    from safetensors.torch import save_file
+
+    previous = os.umask(0o022)
+    try:
+        atomic_write(tmp_path / "model.safetensors", lambda tmp: save_file({"w": torch.ones(2)}, str(tmp)))
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "model.safetensors").stat().st_mode & 0o777 == 0o644
+
+
 def test_check_out_dir_refuses_files_and_read_only_folders(tmp_path):
     assert check_out_dir(tmp_path / "a" / "b").is_dir()
     (tmp_path / "file").write_text("x")

@@ -195,14 +195,15 @@ def test_finetune_data_too_small_for_one_random_batch_is_one_line(tiny_checkpoin
     assert err.startswith("error: ") and "--batch-size" in err and len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("error", ["value", "nonfinite", "locked", "ctrl-c"])
+@pytest.mark.parametrize("error", ["value", "nonfinite", "locked", "ctrl-c", "ctrl-c-outside-training"])
 def test_finetune_main_turns_every_refusal_into_one_line(tmp_path, capsys, monkeypatch, error):
     from bertlib.finetuning import run as module
     from bertlib.training.lock import RunLockedError
     from bertlib.training.trainer import NonFiniteLossError
 
     raised = {"value": ValueError("a bad thing"), "nonfinite": NonFiniteLossError("loss is nan at step 3"),
-              "locked": RunLockedError("another run holds it"), "ctrl-c": KeyboardInterrupt("interrupted at step 2")}
+              "locked": RunLockedError("another run holds it"), "ctrl-c": KeyboardInterrupt("interrupted at step 2"),
+              "ctrl-c-outside-training": KeyboardInterrupt()}  # Python's own, with no text
 
     def run_finetune(run):
         raise raised[error]
@@ -210,8 +211,11 @@ def test_finetune_main_turns_every_refusal_into_one_line(tmp_path, capsys, monke
     monkeypatch.setattr(module, "run_finetune", run_finetune)
     code = finetune_main(["--init", "x", "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
-    assert code == (130 if error == "ctrl-c" else 2)
+    assert code == (130 if error.startswith("ctrl-c") else 2)
     assert err.strip().startswith("error: ") and str(raised[error]) in err
+    assert err.strip() != "error:"  # a bare KeyboardInterrupt has no text: the line must still say something
+    if error == "ctrl-c-outside-training":
+        assert "outside the training steps: no checkpoint was written now" in err
 
 
 def test_finetune_refuses_a_validation_part_without_positives(tiny_checkpoint, tmp_path, capsys):

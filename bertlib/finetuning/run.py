@@ -70,7 +70,7 @@ from bertlib.finetuning.recipe import FineTuneConfig, FineTuneResult, fine_tune,
 from bertlib.finetuning.split import PreparedComments, prepare_comments
 from bertlib.training.checkpoint import DiskFullError, check_out_dir, latest_checkpoint
 from bertlib.training.lock import RunLockedError
-from bertlib.training.trainer import NonFiniteLossError
+from bertlib.training.trainer import NonFiniteLossError, interrupted_line
 
 # ---------------------------------------------------------------------------------------------------------
 # The whole run: data in, checks, three parts, fine-tuning, scores, files out
@@ -420,6 +420,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as interrupt:  # the Trainer saved a checkpoint first: the same command resumes
-        print(f"\nerror: {interrupt or 'interrupted'}", file=sys.stderr)
+        print(f"\nerror: {interrupted_line(interrupt)}", file=sys.stderr)
         return 130
     return 0

@@ -46,7 +46,7 @@ from bertlib.training.history import History
 from bertlib.training.lock import RunLock, RunLockedError
 from bertlib.training.precision import precision_line
 from bertlib.training.time_budget import fit_steps_to_budget
-from bertlib.training.trainer import NonFiniteLossError, Trainer
+from bertlib.training.trainer import NonFiniteLossError, Trainer, interrupted_line
 
 PROG = "python -m bertlib.pretrain"
 DEFAULT_STEPS = 10_000  # --steps without --minutes
@@ -254,7 +254,7 @@ def run_pretraining(args: argparse.Namespace) -> int:
     except (OutDirError, RunLockedError, PretrainError, NonFiniteLossError, DiskFullError) as error:
         raise SystemExit(f"{PROG}: {error}") from None
     except KeyboardInterrupt as interrupt:
-        print(f"\n{PROG}: {interrupt or 'interrupted'}", file=sys.stderr)
+        print(f"\n{PROG}: {interrupted_line(interrupt)}", file=sys.stderr)
         return 130
     finally:
         lock.release()

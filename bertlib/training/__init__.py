@@ -22,5 +22,5 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
                  "sequential_batches"),
     "schedule": ("linear_warmup_decay", "noam_schedule"),
     "time_budget": ("StepBudget", "check_seconds", "steps_in_budget", "time_steps", "fit_steps_to_budget"),
-    "trainer": ("Batch", "MetricsFn", "EXAMPLES", "NonFiniteLossError", "Trainer"),
+    "trainer": ("Batch", "MetricsFn", "EXAMPLES", "NonFiniteLossError", "Trainer", "interrupted_line"),
 })

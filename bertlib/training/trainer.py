@@ -102,6 +102,13 @@ MetricsFn = Callable[[Batch, Any], Mapping[str, float]]
 EXAMPLES = "examples"  # the count key of a loss without labels of its own
 
 
+def interrupted_line(interrupt: KeyboardInterrupt) -> str:
+    """What a command says on Ctrl-C: the Trainer's own words (the step, the checkpoint it saved), or, for a
+    Ctrl-C outside the training steps (the vocabulary, the data, an evaluation), that nothing was saved now."""
+    return str(interrupt) or ("interrupted outside the training steps: no checkpoint was written now; the same "
+                              "command resumes from the newest checkpoint, if there is one")
+
+
 class NonFiniteLossError(FloatingPointError):
     """The loss (or the gradient norm) of a step is NaN or infinite: the run stopped before that update."""
 

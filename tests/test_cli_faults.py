@@ -107,6 +107,16 @@ def pretrain(corpus, vocab, out, *extra: str) -> int:
                  "--log-every", "1", "--device", "cpu", *extra])
 
 
+def test_a_refused_resume_says_whether_a_no_flag_was_given_not_the_inverted_setting(tiny_checkpoint, tmp_path,
+                                                                                    capsys):
+    data = write(comments(), tmp_path / "a.csv")
+    assert finetune(tiny_checkpoint, data, tmp_path / "out") == 0
+    capsys.readouterr()
+    assert finetune(tiny_checkpoint, data, tmp_path / "out", "--no-group", "--no-clean") == 2
+    err = capsys.readouterr().err
+    assert "--no-group was not given, now given" in err and "--no-clean was not given, now given" in err
+
+
 def test_a_refused_pretrain_resume_leaves_run_json_as_it_was(corpus, vocab, tmp_path):
     out = tmp_path / "run"
     assert pretrain(corpus, vocab, out, "--seed", "1") == 0

@@ -150,7 +150,15 @@ FIXED_FINETUNE_ARGS = {"max_len": "--max-len", "batch_size": "--batch-size", "lr
                    "pos_weight_cap": "--pos-weight-cap", "padding": "--padding", "group_by_length": "--no-group",
                    "bucket_batches": "bucket_batches", "precision": "--precision", "eval_every": "--eval-every",
                    "patience": "--patience", "clean": "--no-clean", "seed": "--seed"}
+NEGATED_FLAGS = {"--no-group", "--no-clean"}  # stored as the setting they switch off: True = the flag was not given
 SETTINGS_FILE = "settings.json"  # in out/checkpoints: what the checkpoints were trained on
+
+
+def _as_said(flag: str, value: Any) -> str:
+    """A stored setting as the command line says it: '--no-group given' rather than '--no-group False'."""
+    if flag in NEGATED_FLAGS:
+        return "not given" if value else "given"
+    return repr(value)
 
 
 def data_sha256(data: PreparedComments) -> str:
@@ -192,7 +200,7 @@ def check_resume(run: RunConfig, checkpoints: Path, settings: dict[str, Any]) ->
         if key == "data_sha256":
             changed.append(f"the data (texts and labels of {data_source(run)}, after --limit and the split) differ")
         else:
-            changed.append(f"{key} was {saved.get(key)!r}, now {value!r}")
+            changed.append(f"{key} was {_as_said(key, saved.get(key))}, now {_as_said(key, value)}")
     if changed:
         raise FineTuneError(f"{run.out} holds a run with other data or settings; use another --out, or the same "
                             "data and arguments to resume it: " + "; ".join(changed))

@@ -117,6 +117,25 @@ def test_a_refused_resume_says_whether_a_no_flag_was_given_not_the_inverted_sett
     assert "--no-group was not given, now given" in err and "--no-clean was not given, now given" in err
 
 
+def test_a_second_finetune_refused_by_the_lock_writes_nothing_into_the_running_run(tiny_checkpoint, tmp_path,
+                                                                                   capsys):
+    import json
+    import socket
+
+    data = write(comments(), tmp_path / "a.csv")
+    assert finetune(tiny_checkpoint, data, tmp_path / "out", "--max-steps", "2") == 0
+    settings = tmp_path / "out" / "checkpoints" / "settings.json"
+    before = settings.read_text()
+    for written in (tmp_path / "out" / "checkpoints").glob("checkpoint-*.pt"):
+        written.unlink()  # a run that has not saved its first checkpoint yet: its settings.json is all there is
+    lock = tmp_path / "out" / "checkpoints" / ".lock"  # as a run in another live process (init, pid 1) holds it
+    lock.write_text(json.dumps({"pid": 1, "host": socket.gethostname()}))
+    capsys.readouterr()
+    assert finetune(tiny_checkpoint, data, tmp_path / "out", "--max-steps", "3", "--seed", "7") == 2
+    assert "is in use by process 1" in capsys.readouterr().err
+    assert settings.read_text() == before  # the running run's settings, untouched
+
+
 def test_a_refused_pretrain_resume_leaves_run_json_as_it_was(corpus, vocab, tmp_path):
     out = tmp_path / "run"
     assert pretrain(corpus, vocab, out, "--seed", "1") == 0

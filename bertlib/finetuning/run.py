@@ -69,7 +69,7 @@ from bertlib.finetuning.metrics import evaluate, with_intervals
 from bertlib.finetuning.recipe import FineTuneConfig, FineTuneResult, fine_tune, fit_baseline
 from bertlib.finetuning.split import PreparedComments, prepare_comments
 from bertlib.training.checkpoint import DiskFullError, check_out_dir, latest_checkpoint
-from bertlib.training.lock import RunLockedError
+from bertlib.training.lock import RunLock, RunLockedError
 from bertlib.training.trainer import NonFiniteLossError, interrupted_line
 
 # ---------------------------------------------------------------------------------------------------------
@@ -242,8 +242,16 @@ def run_finetune(run: RunConfig) -> RunResult:
     Raises OutDirError (a bad --out), FileNotFoundError or DataError (data that cannot be used or
     scored) before any training. Under torchrun only the first process writes files.
     """
-    config = run.training
     out = check_out_dir(run.out)  # before any loading or training: a bad --out fails in a second
+    if int(os.environ.get("RANK", "0")) != 0:
+        return _run_finetune(run, out)
+    with RunLock(out / "checkpoints"):  # the Trainer's lock, taken before anything is written into --out
+        return _run_finetune(run, out)
+
+
+def _run_finetune(run: RunConfig, out: Path) -> RunResult:
+    """run_finetune's work, once --out is checked (and, on the first process, locked)."""
+    config = run.training
     comments = load_comments(run.data, task=run.task, drop_duplicates=True)
     kaggle_test = load_kaggle_test(run.kaggle_test) if run.kaggle_test is not None else None
     print(comments.report)

@@ -136,6 +136,19 @@ def test_a_second_finetune_refused_by_the_lock_writes_nothing_into_the_running_r
     assert settings.read_text() == before  # the running run's settings, untouched
 
 
+@pytest.mark.parametrize(("flag", "value", "rule"), [
+    ("--batch-size", "0", "at least 1"), ("--batch-size", "-4", "at least 1"), ("--lr", "-1", "a finite number > 0"),
+    ("--lr", "nan", "a finite number > 0"), ("--warmup-ratio", "2", "between 0 and 1"),
+    ("--dropout", "1.5", "at least 0 and below 1"), ("--dupe-factor", "0", "at least 1"),
+    ("--eval-every", "0", "at least 1"), ("--checkpoint-every", "0", "at least 1"), ("--log-every", "0", "at least 1"),
+])
+def test_pretrain_refuses_numbers_that_cannot_train_before_any_work(corpus, vocab, tmp_path, flag, value, rule):
+    with pytest.raises(SystemExit) as stop:
+        pretrain(corpus, vocab, tmp_path / "run", flag, value)
+    assert f"{flag} must be {rule}, got {value}" in str(stop.value)
+    assert not (tmp_path / "run").exists()  # nothing was trained, written or even created
+
+
 def test_a_refused_pretrain_resume_leaves_run_json_as_it_was(corpus, vocab, tmp_path):
     out = tmp_path / "run"
     assert pretrain(corpus, vocab, out, "--seed", "1") == 0

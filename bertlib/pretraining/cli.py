@@ -131,6 +131,34 @@ def main(argv: list[str] | None = None) -> int:
     if not shortest <= args.seq_len <= 512:
         raise SystemExit(f"--seq-len must be between {shortest} and 512 (the position table's size) with "
                          f"--objective {args.objective}, got {args.seq_len}")
+    bad = [f"{flag} must be {rule}, got {value}" for flag, value, fine, rule in _checks(args) if not fine]
+    if bad:  # before the vocabulary, the data or the model: one line each
+        raise SystemExit("python -m bertlib.pretrain: " + "; ".join(bad))
     if int(os.environ.get("RANK", "0")) == 0:
         print(said)
     return run_pretraining(args)
+
+
+def _checks(args: argparse.Namespace) -> list[tuple[str, object, bool, str]]:
+    """(flag, value, whether it can train, the rule) for each number the run would otherwise refuse mid-way."""
+    def finite(x: float) -> bool:
+        return math.isfinite(x)
+
+    return [
+        ("--batch-size", args.batch_size, args.batch_size >= 1, "at least 1"),
+        ("--lr", args.lr, finite(args.lr) and args.lr > 0, "a finite number > 0"),
+        ("--warmup-ratio", args.warmup_ratio, finite(args.warmup_ratio) and 0 <= args.warmup_ratio <= 1,
+         "between 0 and 1"),
+        ("--dropout", args.dropout, finite(args.dropout) and 0 <= args.dropout < 1, "at least 0 and below 1"),
+        ("--mlm-probability", args.mlm_probability, finite(args.mlm_probability) and 0 < args.mlm_probability < 1,
+         "above 0 and below 1"),
+        ("--max-predictions", args.max_predictions, args.max_predictions >= 1, "at least 1"),
+        ("--dupe-factor", args.dupe_factor, args.dupe_factor >= 1, "at least 1"),
+        ("--short-seq-prob", args.short_seq_prob, finite(args.short_seq_prob) and 0 <= args.short_seq_prob <= 1,
+         "between 0 and 1"),
+        ("--eval-fraction", args.eval_fraction, finite(args.eval_fraction) and 0 <= args.eval_fraction < 1,
+         "at least 0 and below 1"),
+        ("--eval-every", args.eval_every, args.eval_every is None or args.eval_every >= 1, "at least 1"),
+        ("--checkpoint-every", args.checkpoint_every, args.checkpoint_every >= 1, "at least 1"),
+        ("--log-every", args.log_every, args.log_every >= 1, "at least 1"),
+    ]

@@ -148,7 +148,8 @@ def test_a_corrupt_newest_checkpoint_falls_back_to_the_newest_intact_one(tmp_pat
         assert torch.equal(resumed.model.state_dict()[name], tensor), name
 
 
-def test_ctrl_c_saves_a_checkpoint_and_the_run_resumes_exactly(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_saves_a_checkpoint_and_the_run_resumes_exactly(tmp_path, signum):
     data = pretraining_data(12)
     settings = dict(max_steps=5, batch_size=4, lr=1e-3)
     whole = Trainer(pretrainer(), quiet(**settings), data, masking_collate)
@@ -158,15 +159,15 @@ def test_ctrl_c_saves_a_checkpoint_and_the_run_resumes_exactly(tmp_path):
     def interrupting_collate(items):
         calls["n"] += 1
         if calls["n"] == 2:
-            os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C does, in the middle of step 2
+            os.kill(os.getpid(), signum)  # as Ctrl-C (or a scheduler's stop) does, in the middle of step 2
         return masking_collate(items)
 
-    before = signal.getsignal(signal.SIGINT)  # Python's default, or SIG_IGN where the run was started in the background
+    before = signal.getsignal(signum)  # Python's default, or SIG_IGN where the run was started in the background
     first = Trainer(pretrainer(), quiet(out_dir=tmp_path, **settings), data, interrupting_collate)
     with pytest.raises(KeyboardInterrupt, match="interrupted at step 2"):
         first.train()
     assert [p.name for p in list_checkpoints(tmp_path)] == ["checkpoint-2.pt"]
-    assert signal.getsignal(signal.SIGINT) is before  # the Trainer put back the handler it found
+    assert signal.getsignal(signum) is before  # the Trainer put back the handler it found
     resumed = Trainer(pretrainer(seed=3), quiet(out_dir=tmp_path, **settings), data, masking_collate)
     resumed.train()
     for name, tensor in whole.model.state_dict().items():

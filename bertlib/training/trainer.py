@@ -32,8 +32,9 @@ predicted tokens, as google-research/bert and transformers do for one batch.
 
 Faults. A non-finite loss (or gradient norm, without fp16 loss scaling) stops the run before that update,
 naming the step; no checkpoint is written or pruned after it. fp16 steps that GradScaler skips (overflowing
-gradients) are not counted: the step, the schedule and AdamW's step count all advance together. Ctrl-C
-finishes the current step, saves a checkpoint and raises KeyboardInterrupt (press twice to stop at once).
+gradients) are not counted: the step, the schedule and AdamW's step count all advance together. Ctrl-C, or
+SIGTERM (a scheduler's or `docker stop`'s), finishes the current step, saves a checkpoint and raises
+KeyboardInterrupt (the same signal twice stops at once).
 With an out_dir the Trainer takes the folder's run lock (bertlib.training.lock) and removes temp files orphaned by
 a killed run; resuming skips a corrupt newest checkpoint for the newest intact one, naming the bad file (in a
 warning, and in the "resumed from" line, which names the checkpoint actually resumed from).
@@ -346,7 +347,7 @@ class Trainer:
         batches = self._micro_batches()
         self._window_start = time.perf_counter()
         self._train_model.train()
-        previous_handler = self._catch_ctrl_c()
+        previous_handlers = self._catch_ctrl_c()
         try:
             while self.step < target:
                 numbers = self._train_step(batches)
@@ -380,29 +381,32 @@ class Trainer:
                 if interrupted:
                     self._stop_on_ctrl_c()
         finally:
-            if previous_handler is not None:
-                signal.signal(signal.SIGINT, previous_handler)
+            for signum, handler in previous_handlers.items():
+                signal.signal(signum, handler)
             batches.close()
             bar.close()
         if self._interrupt_requested:  # Ctrl-C after the last step: everything is saved already
             self._stop_on_ctrl_c()
         return self.history
 
-    def _catch_ctrl_c(self) -> Any:
-        """Make the first Ctrl-C a request to stop after this step (the second one stops at once)."""
+    def _catch_ctrl_c(self) -> dict[int, Any]:
+        """Make the first Ctrl-C, or SIGTERM (what schedulers and `docker stop` send), a request to stop after this
+        step with a checkpoint; a second one of the same signal stops at once. Returns the handlers it replaced."""
         self._interrupt_requested = False
         if threading.current_thread() is not threading.main_thread():
-            return None
-        previous = signal.getsignal(signal.SIGINT)
+            return {}
+        previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
 
         def request_stop(signum: int, frame: Any) -> None:
             self._interrupt_requested = True
-            signal.signal(signal.SIGINT, previous)
+            signal.signal(signum, previous[signum])
             if self.is_main:
-                print("\nCtrl-C: stopping after this step" + (", with a checkpoint" if self.config.out_dir else "")
-                      + " (press Ctrl-C again to stop at once)", file=sys.stderr, flush=True)
+                name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+                print(f"\n{name}: stopping after this step" + (", with a checkpoint" if self.config.out_dir else "")
+                      + f" ({name} again stops at once)", file=sys.stderr, flush=True)
 
-        signal.signal(signal.SIGINT, request_stop)
+        for signum in previous:
+            signal.signal(signum, request_stop)
         return previous
 
     def _stop_on_ctrl_c(self) -> None:

@@ -149,6 +149,21 @@ def test_pretrain_refuses_numbers_that_cannot_train_before_any_work(corpus, voca
     assert not (tmp_path / "run").exists()  # nothing was trained, written or even created
 
 
+def test_each_command_refuses_a_folder_that_holds_the_other_command_s_run(corpus, vocab, tiny_checkpoint, tmp_path,
+                                                                           capsys):
+    pretrained, finetuned = tmp_path / "pretrained-run", tmp_path / "finetuned-run"
+    assert pretrain(corpus, vocab, pretrained) == 0
+    data = write(comments(), tmp_path / "a.csv")
+    assert finetune(tiny_checkpoint, data, finetuned) == 0
+    before = {folder: (folder / "run.json").read_text() for folder in (pretrained, finetuned)}
+    capsys.readouterr()
+    assert finetune(tiny_checkpoint, data, pretrained) == 2
+    assert "holds a run of python -m bertlib.pretrain" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="holds a run of python -m bertlib.finetune"):
+        pretrain(corpus, vocab, finetuned)
+    assert {folder: (folder / "run.json").read_text() for folder in before} == before
+
+
 def test_a_refused_pretrain_resume_leaves_run_json_as_it_was(corpus, vocab, tmp_path):
     out = tmp_path / "run"
     assert pretrain(corpus, vocab, out, "--seed", "1") == 0

@@ -68,7 +68,7 @@ from bertlib.data.labels import task_labels
 from bertlib.finetuning.metrics import evaluate, with_intervals
 from bertlib.finetuning.recipe import FineTuneConfig, FineTuneResult, fine_tune, fit_baseline
 from bertlib.finetuning.split import PreparedComments, prepare_comments
-from bertlib.training.checkpoint import DiskFullError, check_out_dir, latest_checkpoint
+from bertlib.training.checkpoint import DiskFullError, check_not_the_other_command_s, check_out_dir, latest_checkpoint
 from bertlib.training.lock import RunLock, RunLockedError
 from bertlib.training.trainer import NonFiniteLossError, interrupted_line
 
@@ -243,6 +243,7 @@ def run_finetune(run: RunConfig) -> RunResult:
     scored) before any training. Under torchrun only the first process writes files.
     """
     out = check_out_dir(run.out)  # before any loading or training: a bad --out fails in a second
+    check_not_the_other_command_s(out, "finetune")
     if int(os.environ.get("RANK", "0")) != 0:
         return _run_finetune(run, out)
     with RunLock(out / "checkpoints"):  # the Trainer's lock, taken before anything is written into --out

@@ -40,7 +40,13 @@ from bertlib.pretraining.nsp import PretrainingDataset, create_instances_from_id
 from bertlib.pretraining.packing import PackedDataset, packed_windows
 from bertlib.text.wordpiece import WordPieceTokenizer
 from bertlib.text.wordpiece_trainer import train_wordpiece
-from bertlib.training.checkpoint import DiskFullError, OutDirError, check_out_dir, latest_checkpoint
+from bertlib.training.checkpoint import (
+    DiskFullError,
+    OutDirError,
+    check_not_the_other_command_s,
+    check_out_dir,
+    latest_checkpoint,
+)
 from bertlib.training.config import TrainingConfig
 from bertlib.training.history import History
 from bertlib.training.lock import RunLock, RunLockedError
@@ -243,6 +249,7 @@ def run_pretraining(args: argparse.Namespace) -> int:
     try:
         if is_main:
             check_out_dir(args.out)  # the string as given: Path("") would be the current folder
+            check_not_the_other_command_s(out, "pretrain")
             lock.acquire()
         said = resolve_steps(args, out)
         if said is not None and is_main:

@@ -33,6 +33,7 @@ Leaves out: remote storage, sharded (multi-file) checkpoints and the safetensors
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import shutil
@@ -100,6 +101,32 @@ def check_out_dir(path: str | Path) -> Path:
     if not os.access(path, os.W_OK | os.X_OK):
         raise OutDirError(f"output folder {path} is not writable; give --out a folder you can write to")
     return path
+
+
+def command_of_run(folder: str | Path) -> str | None:
+    """Which command's run a folder holds: "pretrain" (its run.json has args and model_config, or pretrained/
+    exists), "finetune" (classifier.json, checkpoints/settings.json, or a run.json with a task), else None."""
+    folder = Path(folder)
+    try:
+        recorded = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        recorded = None
+    recorded = recorded if isinstance(recorded, dict) else {}
+    if {"args", "model_config"} <= set(recorded) or (folder / "pretrained").is_dir():
+        return "pretrain"
+    if "task" in recorded or (folder / "classifier.json").is_file() or (folder / "checkpoints" / "settings.json"
+                                                                         ).is_file():
+        return "finetune"
+    return None
+
+
+def check_not_the_other_command_s(folder: str | Path, command: str) -> None:
+    """OutDirError if `folder` holds the run of the other command than `command`: writing into it would
+    overwrite that run's run.json and history.csv."""
+    holder = command_of_run(folder)
+    if holder is not None and holder != command:
+        raise OutDirError(f"{folder} holds a run of python -m bertlib.{holder}; python -m bertlib.{command} would "
+                          "overwrite its run.json and history.csv: give --out another folder")
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ use them before torch is installed, and the training loop and the masking use th
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -24,20 +25,47 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> None:
     or anything after it fails. The file gets the permissions of any new file (0644 under the usual umask),
     whatever `write` used: safetensors writes 0600.
     """
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    write_files_atomically({Path(path): write})
+
+
+def write_files_atomically(writers: Mapping[Path, Callable[[Path], None]]) -> None:
+    """Write several files all or none: each to a temp file first (fsynced), and only when every one is written
+    are they renamed into place. A failure (a full disk) leaves every old file as it was and no temp file."""
+    temps = {Path(path): Path(path).with_name(f".{Path(path).name}.{os.getpid()}.tmp") for path in writers}
     try:
-        write(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())
-        descriptor = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
-        os.replace(tmp, path)
+        for path, write in writers.items():
+            tmp = temps[Path(path)]
+            write(tmp)
+            os.chmod(tmp, 0o666 & ~_umask())
+            descriptor = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(descriptor)
+            finally:
+                os.close(descriptor)
+        for path, tmp in temps.items():
+            os.replace(tmp, path)
     finally:
-        tmp.unlink(missing_ok=True)
-    _fsync_folder(path.parent)
+        for tmp in temps.values():
+            tmp.unlink(missing_ok=True)
+    for folder in {path.parent for path in temps}:
+        _fsync_folder(folder)
+
+
+class DiskFullError(OSError):
+    """No space left to write a file (errno ENOSPC): the message names the file and what is still intact."""
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """Whether a write failed for lack of space: ENOSPC/EDQUOT, or a writer that does not pass the OSError on.
+
+    torch.save raises RuntimeError "[enforce fail at inline_container.cc:...] PytorchStreamWriter failed writing
+    file ...: file write failed"; safetensors raises SafetensorError "... No space left on device ...".
+    """
+    if isinstance(error, OSError):
+        return error.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+    text = str(error)
+    return ("inline_container" in text and ("file write failed" in text or "unexpected pos" in text)
+            or "No space left on device" in text or "StorageFull" in text)
 
 
 def _umask() -> int:

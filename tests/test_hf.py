@@ -208,3 +208,27 @@ def test_damaged_weight_and_json_files_are_named(tiny_config, tmp_path):
     (tmp_path / "config.json").write_text("[1, 2")
     with pytest.raises(ValueError, match=r"config.json: not valid JSON"):
         hf.from_pretrained(tmp_path, verbose=False)
+
+
+def test_a_full_disk_during_export_leaves_the_earlier_export_whole_and_is_one_line(tiny_config, tmp_path,
+                                                                                    monkeypatch):
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    from bertlib.basics import DiskFullError
+
+    folder = hf.save_pretrained(BertModel(tiny_config), tmp_path / "pretrained")
+    before = {path.name: path.read_bytes() for path in folder.iterdir()}
+
+    def disk_fills(tensors, filename, metadata=None):
+        with open(filename, "wb") as handle:
+            handle.write(b"partial")
+        raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: '
+                              '"No space left on device" })')
+
+    monkeypatch.setattr(safetensors.torch, "save_file", disk_fills)
+    other = BertModel(tiny_config.__class__(**{**tiny_config.to_dict(), "num_layers": 1}))
+    with pytest.raises(DiskFullError, match="the disk is full: the model could not be exported") as caught:
+        hf.save_pretrained(other, folder)
+    assert "\n" not in str(caught.value) and "nothing in it was replaced" in str(caught.value)
+    assert {path.name: path.read_bytes() for path in folder.iterdir()} == before  # no new config.json, no temp

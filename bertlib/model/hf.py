@@ -16,6 +16,7 @@ Leaves out: TensorFlow checkpoints and architectures other than BERT (RoBERTa, A
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -26,7 +27,7 @@ from typing import Any
 
 import torch
 
-from bertlib.basics import atomic_write
+from bertlib.basics import DiskFullError, is_disk_full, write_files_atomically
 from bertlib.model.bert import BertForPreTraining, BertForSequenceClassification, BertModel, BertPreTrainedModel
 from bertlib.model.config import BertConfig
 
@@ -264,21 +265,31 @@ def save_pretrained(
 ) -> Path:
     """Write config.json + model.safetensors (+ vocab.txt) that transformers' from_pretrained loads.
 
-    Each file is written with bertlib.basics.atomic_write (a temporary file, then a rename), so an
-    interrupted save never leaves a half-written file behind.
+    The files are written all or none (bertlib.basics.write_files_atomically: temporary files, renamed only
+    once every one is whole), so a full disk or a crash leaves an earlier export as it was, never a folder
+    with a new config.json and no weights; a full disk is a DiskFullError of one line.
     """
     from safetensors.torch import save_file
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     config = {**model.config.to_hf_dict(), "architectures": [_ARCHITECTURES[type(model)]]}
-    atomic_write(folder / "config.json", lambda path: path.write_text(json.dumps(config, indent=2) + "\n"))
-    atomic_write(folder / "model.safetensors",
-                 lambda path: save_file(to_hf_state_dict(model), path, metadata={"format": "pt"}))
+    writers = {folder / "config.json": lambda path: path.write_text(json.dumps(config, indent=2) + "\n"),
+               folder / "model.safetensors":
+                   lambda path: save_file(to_hf_state_dict(model), path, metadata={"format": "pt"})}
     if vocab_file is not None:
-        atomic_write(folder / "vocab.txt", lambda path: shutil.copyfile(vocab_file, path))
         tokenizer_config = {"tokenizer_class": "BertTokenizer", "do_lower_case": lowercase,
                             "model_max_length": model.config.max_position_embeddings}
-        atomic_write(folder / "tokenizer_config.json",
-                     lambda path: path.write_text(json.dumps(tokenizer_config, indent=2) + "\n"))
+        writers[folder / "vocab.txt"] = lambda path: shutil.copyfile(vocab_file, path)
+        writers[folder / "tokenizer_config.json"] = (
+            lambda path: path.write_text(json.dumps(tokenizer_config, indent=2) + "\n"))
+    try:
+        write_files_atomically(writers)
+    except Exception as error:
+        if not is_disk_full(error):
+            raise
+        free = shutil.disk_usage(folder).free / 2**20
+        raise DiskFullError(errno.ENOSPC, f"the disk is full: the model could not be exported to {folder} "
+                                          f"({free:.0f} MiB free); nothing in it was replaced: free some space "
+                                          "and export again") from None
     return folder

@@ -42,7 +42,7 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bertlib.basics import atomic_write
+from bertlib.basics import DiskFullError, atomic_write, is_disk_full
 from bertlib.training.lock import process_alive
 
 if TYPE_CHECKING:
@@ -55,10 +55,6 @@ _TEMP = re.compile(r"\.(.+)\.(\d+)\.tmp")
 
 class CheckpointError(ValueError):
     """A checkpoint file that cannot be used: unreadable, cut short, or not a bertlib checkpoint."""
-
-
-class DiskFullError(OSError):
-    """No space left to write a file (errno ENOSPC): the message names the file and what is still intact."""
 
 
 class OutDirError(ValueError):
@@ -167,21 +163,9 @@ def save_checkpoint(state: dict[str, Any], path: str | Path) -> None:
     try:
         atomic_write(path, lambda tmp: torch.save({"format": CHECKPOINT_FORMAT, **state}, tmp))
     except (OSError, RuntimeError) as error:
-        if not _disk_full(error):
+        if not is_disk_full(error):
             raise
         raise _disk_full_error(Path(path), error) from None
-
-
-def _disk_full(error: BaseException) -> bool:
-    """Whether a write failed for lack of space: ENOSPC/EDQUOT, or torch's zip writer failing to write.
-
-    torch.save does not pass the OSError on: a full disk surfaces as RuntimeError "[enforce fail at
-    inline_container.cc:...] PytorchStreamWriter failed writing file ...: file write failed".
-    """
-    if isinstance(error, OSError):
-        return error.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
-    text = str(error)
-    return "inline_container" in text and ("file write failed" in text or "unexpected pos" in text)
 
 
 def _disk_full_error(path: Path, error: BaseException) -> DiskFullError:

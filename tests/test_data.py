@@ -371,6 +371,9 @@ def test_kaggle_test_set_keeps_only_scored_rows(tmp_path):
     with pytest.raises(DataError, match="is not -1 or 0 or 1") as info:
         data.load_kaggle_test(tmp_path / "test.csv")
     assert "test_labels.csv" in str(info.value) and (info.value.line, info.value.column) == (3, "obscene")
+    with pytest.raises(FileNotFoundError, match=r"tset.csv not found: --test takes Kaggle's test.csv") as info:
+        data.load_kaggle_test(tmp_path / "tset.csv")  # a typo: the file itself is named, not its labels
+    assert "test_labels" not in str(info.value).split(":")[0]
     (tmp_path / "test_labels.csv").unlink()
     with pytest.raises(FileNotFoundError, match=r"test_labels.csv \(or .zip\) not found"):
         data.load_kaggle_test(tmp_path / "test.csv")

@@ -327,6 +327,9 @@ def load_comments(path: str | Path | None = None, *, task: Task = "multilabel",
 
 def _kaggle_test_table(path: Path) -> tuple[pd.DataFrame, pd.Series, str]:
     """Kaggle's test.csv joined with test_labels.csv (same folder) on id; which rows were scored; the file's name."""
+    if not path.is_file():  # the file asked for first: its labels are looked for beside it
+        raise FileNotFoundError(f"{path} not found: --test takes Kaggle's test.csv (or test.csv.zip), with "
+                                "test_labels.csv beside it")
     candidates = [path.with_name(name) for name in ("test_labels.csv", "test_labels.csv.zip")]  # Kaggle ships .zip
     labels_path = next((candidate for candidate in candidates if candidate.is_file()), None)
     if labels_path is None:

@@ -413,3 +413,15 @@ def test_training_input_errors_are_clear():
         train_wordpiece(["some text"], vocab_size=3, show_progress=False)
     with pytest.raises(ValueError, match="min_frequency"):
         WordPieceTrainer({"a": 1}, min_frequency=0)
+
+
+def test_a_vocab_that_is_not_utf8_is_named_with_its_line_by_both_readers(tmp_path):
+    from bertlib.text.fast_tokenizer import load_tokenizer
+
+    path = tmp_path / "vocab.txt"
+    path.write_bytes("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\ncaf\xe9\n".encode("latin-1"))  # é in Latin-1, line 6
+    for read in (WordPieceTokenizer.from_vocab_file, load_tokenizer):
+        with pytest.raises(ValueError, match=r"vocab.txt, line 6: not UTF-8"):
+            read(path)
+    path.write_bytes(b"[PAD]\r\n[UNK]\r\n[CLS]\r\n[SEP]\r\n[MASK]\r\nword\r\n")  # Windows line ends read as before
+    assert WordPieceTokenizer.from_vocab_file(path).vocab[-1] == "word"

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from bertlib.text.wordpiece import BasicTokenizer
+from bertlib.text.wordpiece import BasicTokenizer, read_vocab_lines
 
 REQUIRED_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
 
@@ -37,6 +37,7 @@ def load_tokenizer(vocab_file: str | Path, lowercase: bool = True):
     vocab_file = Path(vocab_file)
     if not vocab_file.is_file():
         raise FileNotFoundError(f"no vocabulary at {vocab_file}")
+    read_vocab_lines(vocab_file)  # a file that is not UTF-8 is named with its line, before the Rust reader sees it
     tokenizer = BertWordPieceTokenizer(str(vocab_file), lowercase=lowercase)
     missing = [t for t in REQUIRED_SPECIAL_TOKENS if tokenizer.token_to_id(t) is None]
     if missing:

@@ -30,6 +30,7 @@ identically, which the tests check code point by code point.
 
 from __future__ import annotations
 
+import io
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Sequence
@@ -221,8 +222,7 @@ class WordPieceTokenizer:
             path = path / "vocab.txt"
         if not path.is_file():
             raise FileNotFoundError(f"no vocabulary file at {path}")
-        with path.open(encoding="utf-8") as file:
-            vocab = [line.rstrip("\n") for line in file]
+        vocab = read_vocab_lines(path)
         try:
             tokenizer = cls(vocab, lowercase=lowercase, **kwargs)
         except ValueError as error:
@@ -416,6 +416,18 @@ class WordPieceTokenizer:
         import torch
 
         return {key: torch.tensor(rows, dtype=torch.long) for key, rows in batch.items()}
+
+
+def read_vocab_lines(path: str | Path) -> list[str]:
+    """The tokens of a vocab.txt, one per line; a ValueError names the file and the line that is not UTF-8."""
+    raw = Path(path).read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw[:error.start].count(b"\n") + 1
+        raise ValueError(f"{path}, line {line}: not UTF-8 ({error.reason} at byte {error.start}); a vocab.txt holds "
+                         "one UTF-8 token per line: use the checkpoint's own vocab.txt, or save it as UTF-8") from None
+    return [line.rstrip("\n") for line in io.StringIO(text, newline=None)]  # as open() reads it: \r\n too
 
 
 def save_vocab(vocab: Sequence[str], path: str | Path) -> Path:

@@ -13,6 +13,7 @@ import torch
 from ddp_worker import (
     DDP_SETTINGS,
     MLM_SETTINGS,
+    VOCAB,
     classification_data,
     classifier,
     fixed_mask_data,
@@ -23,6 +24,7 @@ from ddp_worker import (
 )
 from torch import nn
 
+from bertlib import BertConfig, BertForSequenceClassification
 from bertlib.pretraining.mlm import pretraining_metrics
 from bertlib.training.checkpoint import latest_checkpoint, load_checkpoint
 from bertlib.training.config import TrainingConfig
@@ -265,6 +267,16 @@ def test_a_resumed_run_with_more_steps_takes_its_first_step_at_the_new_schedule_
     rates = [group["lr"] for group in longer.optimizer.param_groups]
     assert rates == pytest.approx([0.75] * len(rates))  # step 2 of 8 decays to 1 - 2/8, not 4's 0.5
     assert longer.scheduler.get_last_lr() == pytest.approx(rates)
+
+
+def test_resume_refuses_the_checkpoint_of_another_model_size_in_one_line(tmp_path):
+    data = classification_data(8)
+    Trainer(classifier(), quiet(max_steps=2, batch_size=4, out_dir=tmp_path), data, stack).train(stop_at=1)
+    other_size = BertForSequenceClassification(BertConfig.preset("mini", vocab_size=VOCAB, max_position_embeddings=32))
+    refusal = r"checkpoint-1.pt holds the weights of another model \(size mismatch"
+    with pytest.raises(ValueError, match=refusal) as caught:
+        Trainer(other_size, quiet(max_steps=2, batch_size=4, out_dir=tmp_path), data, stack).train()
+    assert len(str(caught.value)) < 600 and "\n" not in str(caught.value)  # one line, not the whole key list
 
 
 def test_resume_refuses_a_different_data_order(tmp_path):

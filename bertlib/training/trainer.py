@@ -703,7 +703,15 @@ class Trainer:
         if state["max_steps"] != self.max_steps:
             warnings.warn(f"resuming {path} with {self.max_steps} steps in all instead of {state['max_steps']}: "
                           f"the learning rate now decays to 0 at step {self.max_steps}", stacklevel=3)
-        self.model.load_state_dict(state["model"])
+        try:
+            self.model.load_state_dict(state["model"])
+        except RuntimeError as error:  # size mismatches, missing or unexpected keys: a model of another size
+            lines = [line.strip() for line in str(error).splitlines()[1:] if line.strip()]
+            first = next((line for line in lines if line.startswith("size mismatch")), lines[0] if lines else "")
+            first = first if len(first) <= 200 else first[:200] + " ..."
+            raise ValueError(f"{path} holds the weights of another model ({first}); it belongs to a run with "
+                             "another --config or model: resume with the same one, or give this run another "
+                             "out_dir") from None
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         for group, base_lr in zip(self.optimizer.param_groups, self.scheduler.base_lrs, strict=True):

@@ -112,7 +112,7 @@ def test_a_wheel_carries_the_sample_and_the_notebooks_and_runs_from_another_fold
 
     nothing = subprocess.run([python, "-m", "bertlib.course", "--only", "99"], cwd=elsewhere, env=env,
                              capture_output=True, text=True, timeout=120)
-    assert nothing.returncode != 0 and "no notebooks matching 99" in nothing.stderr
+    assert nothing.returncode != 0 and "--only 99: no notebook starts with it" in nothing.stderr
 
 
 # ---------------------------------------------------------------------------------------------------------

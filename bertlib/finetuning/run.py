@@ -49,6 +49,7 @@ pseudo-labelling (the tricks of the competition's winning solutions).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import math
@@ -242,17 +243,9 @@ def run_finetune(run: RunConfig) -> RunResult:
     Raises OutDirError (a bad --out), FileNotFoundError or DataError (data that cannot be used or
     scored) before any training. Under torchrun only the first process writes files.
     """
+    config = run.training
     out = check_out_dir(run.out)  # before any loading or training: a bad --out fails in a second
     check_not_the_other_command_s(out, "finetune")
-    if int(os.environ.get("RANK", "0")) != 0:
-        return _run_finetune(run, out)
-    with RunLock(out / "checkpoints"):  # the Trainer's lock, taken before anything is written into --out
-        return _run_finetune(run, out)
-
-
-def _run_finetune(run: RunConfig, out: Path) -> RunResult:
-    """run_finetune's work, once --out is checked (and, on the first process, locked)."""
-    config = run.training
     comments = load_comments(run.data, task=run.task, drop_duplicates=True)
     kaggle_test = load_kaggle_test(run.kaggle_test) if run.kaggle_test is not None else None
     print(comments.report)
@@ -290,51 +283,53 @@ def _run_finetune(run: RunConfig, out: Path) -> RunResult:
     val_texts, val_labels = data.part("validation")
     test_texts, test_labels = data.part("test")
     init = resolve_init(run.init)
-    check_resume(run, out / "checkpoints", run_settings(run, data))
-    training = replace(config, out_dir=str(out / "checkpoints"))
-    result = fine_tune(init, names, train_texts, train_labels, val_texts, val_labels, training,
-                       test_texts=test_texts, test_labels=test_labels)
-    summary: dict[str, Any] = {
-        "init": str(run.init), "data": data.source, "task": run.task, "labels": names,
-        "empty_after_cleaning": data.empty, "duplicates": data.duplicates.as_dict(), **sizes,
-        "positives": positives, "steps": result.steps, "best_step": result.best_step,
-        "stopped_early": result.stopped_early, "train_seconds": round(result.seconds, 1), "config": result.config,
-        "max_len_used": result.classifier.max_len,  # config's max_len, capped at the model's positions
-        "thresholds": dict(zip(names, result.classifier.thresholds.tolist(), strict=True)),
-        "test_metrics": _headline(result.test_metrics),
-    }
-    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun only the first process scores, writes and reports
-        return RunResult(out, data, result, None, None, json_safe(summary))
-    baseline_table = kaggle_table = None
-    if run.baseline:
-        _, _, baseline_table = fit_baseline(train_texts, train_labels, val_texts, val_labels, names,
-                                            clean=config.clean, seed=config.seed, test_texts=test_texts,
-                                            test_labels=test_labels, bootstrap=config.bootstrap,
-                                            min_positives=config.min_positives)
-        summary["baseline_test_metrics"] = _headline(baseline_table)
-    if kaggle_test is not None:
-        kaggle_names, kaggle_labels = task_labels(kaggle_test.frame, run.task)
-        probs = result.classifier.predict(kaggle_test.texts, batch_size=2 * config.batch_size, progress=True)
-        kaggle_table = evaluate(probs, kaggle_labels, kaggle_names, result.classifier.thresholds,
-                                bootstrap=config.bootstrap, seed=config.seed, min_positives=config.min_positives)
-        summary["kaggle_test_metrics"] = _headline(kaggle_table)
-    outcome = RunResult(out, data, result, baseline_table, kaggle_table, json_safe(summary))
-    result.classifier.save(out)
-    _write_csv(result.history.frame(), out / "history.csv")
-    _write_csv(result.test_metrics, out / "metrics.csv")
-    _write_csv(result.val_metrics, out / "validation_metrics.csv")
-    _show(f"BERT ({run.init}), test part ({sizes['test']} comments, thresholds from validation, "
-          f"95% bootstrap intervals):", result.test_metrics)
-    if baseline_table is not None:
-        _write_csv(baseline_table, out / "baseline_metrics.csv")
-        _show("TF-IDF + logistic regression, same parts:", baseline_table)
-    if kaggle_table is not None:
-        _write_csv(kaggle_table, out / "kaggle_test_metrics.csv")
-        _show("BERT on the Kaggle test labels (thresholds from validation):", kaggle_table)
-    text = json.dumps(outcome.summary, indent=2, allow_nan=False) + "\n"
-    atomic_write(out / "run.json", lambda path: path.write_text(text))
-    print(f"\nsaved the classifier to {out} (python -m bertlib.predict --model {out} \"a comment\")")
-    return outcome
+    first = int(os.environ.get("RANK", "0")) == 0
+    with RunLock(out / "checkpoints") if first else contextlib.nullcontext():  # before anything is written
+        check_resume(run, out / "checkpoints", run_settings(run, data))
+        training = replace(config, out_dir=str(out / "checkpoints"))
+        result = fine_tune(init, names, train_texts, train_labels, val_texts, val_labels, training,
+                           test_texts=test_texts, test_labels=test_labels)
+        summary: dict[str, Any] = {
+            "init": str(run.init), "data": data.source, "task": run.task, "labels": names,
+            "empty_after_cleaning": data.empty, "duplicates": data.duplicates.as_dict(), **sizes,
+            "positives": positives, "steps": result.steps, "best_step": result.best_step,
+            "stopped_early": result.stopped_early, "train_seconds": round(result.seconds, 1), "config": result.config,
+            "max_len_used": result.classifier.max_len,  # config's max_len, capped at the model's positions
+            "thresholds": dict(zip(names, result.classifier.thresholds.tolist(), strict=True)),
+            "test_metrics": _headline(result.test_metrics),
+        }
+        if not first:  # under torchrun only the first process scores, writes and reports
+            return RunResult(out, data, result, None, None, json_safe(summary))
+        baseline_table = kaggle_table = None
+        if run.baseline:
+            _, _, baseline_table = fit_baseline(train_texts, train_labels, val_texts, val_labels, names,
+                                                clean=config.clean, seed=config.seed, test_texts=test_texts,
+                                                test_labels=test_labels, bootstrap=config.bootstrap,
+                                                min_positives=config.min_positives)
+            summary["baseline_test_metrics"] = _headline(baseline_table)
+        if kaggle_test is not None:
+            kaggle_names, kaggle_labels = task_labels(kaggle_test.frame, run.task)
+            probs = result.classifier.predict(kaggle_test.texts, batch_size=2 * config.batch_size, progress=True)
+            kaggle_table = evaluate(probs, kaggle_labels, kaggle_names, result.classifier.thresholds,
+                                    bootstrap=config.bootstrap, seed=config.seed, min_positives=config.min_positives)
+            summary["kaggle_test_metrics"] = _headline(kaggle_table)
+        outcome = RunResult(out, data, result, baseline_table, kaggle_table, json_safe(summary))
+        result.classifier.save(out)
+        _write_csv(result.history.frame(), out / "history.csv")
+        _write_csv(result.test_metrics, out / "metrics.csv")
+        _write_csv(result.val_metrics, out / "validation_metrics.csv")
+        _show(f"BERT ({run.init}), test part ({sizes['test']} comments, thresholds from validation, "
+              f"95% bootstrap intervals):", result.test_metrics)
+        if baseline_table is not None:
+            _write_csv(baseline_table, out / "baseline_metrics.csv")
+            _show("TF-IDF + logistic regression, same parts:", baseline_table)
+        if kaggle_table is not None:
+            _write_csv(kaggle_table, out / "kaggle_test_metrics.csv")
+            _show("BERT on the Kaggle test labels (thresholds from validation):", kaggle_table)
+        text = json.dumps(outcome.summary, indent=2, allow_nan=False) + "\n"
+        atomic_write(out / "run.json", lambda path: path.write_text(text))
+        print(f"\nsaved the classifier to {out} (python -m bertlib.predict --model {out} \"a comment\")")
+        return outcome
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -219,7 +219,7 @@ def setup(seed: int = 0):
     print(" | ".join(versions))
     print(f"device: {where} | mode: {'smoke (tiny sizes)' if SMOKE else 'full'} | seed {seed}")
     print(data_summary())
-    print(f"artifacts: {artifacts_dir()}")
+    print(f"artifacts: {shown_path(artifacts_dir())}")
     hint = keep_hint()
     if hint is not None:
         print(f"artifacts: {hint}")

@@ -33,6 +33,7 @@ import torch
 from torch.utils.data import Dataset
 
 from bertlib.basics import atomic_write
+from bertlib.data.files import shown_path
 from bertlib.model.bert import BertForPreTraining
 from bertlib.model.config import BertConfig
 from bertlib.pretraining.mlm import MaskingCollator, pretraining_metrics
@@ -185,7 +186,7 @@ def run_tokenizer(vocab: str | None, texts: list[str], vocab_size: int, out: Pat
         return WordPieceTokenizer.from_vocab_file(path), path
     if is_main:
         print(f"no --vocab: training a {vocab_size}-token WordPiece vocabulary ({score} merges) on the corpus "
-              f"-> {path}")
+              f"-> {shown_path(path)}")
     tokenizer = WordPieceTokenizer(train_wordpiece(texts, vocab_size, show_progress=show_progress, score=score))
     if is_main:
         atomic_write(path, tokenizer.save_vocab)
@@ -296,8 +297,8 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
     if is_main:
         eval_note = f", {len(evaluation)} held out" if evaluation is not None else ""
         unit = "sentence pairs" if args.objective == "mlm+nsp" else f"packed windows of {args.seq_len} tokens"
-        print(f"corpus: {len(texts)} documents of {source} -> {len(train)} {unit} "
-              f"({train.num_tokens():,} tokens){eval_note}; vocabulary {tokenizer.vocab_size} from {vocab_path}")
+        print(f"corpus: {len(texts)} documents of {source} -> {len(train)} {unit} ({train.num_tokens():,} tokens)"
+              f"{eval_note}; vocabulary {tokenizer.vocab_size} from {shown_path(vocab_path)}")
 
     torch.manual_seed(args.seed)
     config = BertConfig.preset(args.config, vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_id,
@@ -330,7 +331,8 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
               f"batch {args.batch_size * trainer.world_size} x seq {args.seq_len}")
         if trainer.device.type == "cuda":
             print(precision_line(trainer.precision, trainer.device))
-        print(f"checkpoints: {out.resolve()}/checkpoint-<step>.pt (every {args.checkpoint_every} steps and at the end)"
+        print(f"checkpoints: {shown_path(out)}/checkpoint-<step>.pt (every {args.checkpoint_every} steps and at "
+              "the end)"
               + (f"; resumed at step {trainer.step} (the line above names the checkpoint)" if trainer.step
                  else "; starting fresh"))
         run = json.dumps({"args": settings, "model_config": config.to_dict()}, indent=2) + "\n"
@@ -348,7 +350,7 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
                 if key in logged}
         print(f"done: step {trainer.step} in {time.perf_counter() - start:.0f} s; "
               + ", ".join(f"{k} {v:.4g}" for k, v in last.items()))
-        print(f"model for fine-tuning: {folder.resolve()} (bertlib.model.hf.from_pretrained or transformers)")
+        print(f"model for fine-tuning: {shown_path(folder)} (bertlib.model.hf.from_pretrained or transformers)")
     return 0
 
 

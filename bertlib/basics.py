@@ -2,6 +2,7 @@
 use them before torch is installed, and the training loop and the masking use them without the model.
 
     atomic_write(path, lambda tmp: tmp.write_text("..."))   # `path` is whole or untouched, never half written
+    json_sha256(texts)                                      # the same digest for the same data, run after run
     labels.masked_fill(~chosen, IGNORE_INDEX)               # a position no loss is computed at
     __getattr__, __dir__, __all__ = lazy_exports(__name__, {"cleaning": ("clean_text",)})  # in a package
 """
@@ -9,6 +10,8 @@ use them before torch is installed, and the training loop and the masking use th
 from __future__ import annotations
 
 import errno
+import hashlib
+import json
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -53,6 +56,25 @@ def write_files_atomically(writers: Mapping[Path, Callable[[Path], None]]) -> No
 
 class DiskFullError(OSError):
     """No space left to write a file (errno ENOSPC): the message names the file and what is still intact."""
+
+
+def shown_path(path: str | Path) -> str:
+    """A path as shown in reports and errors: relative to the course checkout when inside it, else under the
+    home folder as ~/... (so outputs do not carry the user's name), else as it is."""
+    for root, prefix in ((Path(__file__).resolve().parent.parent, ""), (Path.home(), "~/")):
+        for candidate in (Path(os.path.abspath(path)), Path(path).resolve()):  # a cache's symbolic link kept first
+            if candidate.is_relative_to(root):
+                return prefix + candidate.relative_to(root).as_posix()
+    return str(path)
+
+
+def json_sha256(*values: object) -> str:
+    """The SHA-256 of the values' JSON, one after the other: what a run records of its data to refuse a resume on
+    other data (texts keep lone surrogates, which some comment dumps hold)."""
+    digest = hashlib.sha256()
+    for value in values:
+        digest.update(json.dumps(value).encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
 
 
 def is_disk_full(error: BaseException) -> bool:

@@ -5,9 +5,12 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -25,11 +28,19 @@ from bertlib.finetuning.baseline import TfidfBaseline
 from bertlib.finetuning.batching import CommentDataset, PadCollator
 from bertlib.finetuning.classifier import ToxicityClassifier
 from bertlib.finetuning.fairness import identity_false_positive_rates
-from bertlib.finetuning.metrics import confident_mistakes, confusion_matrices, evaluate, tune_thresholds, untuned_labels
+from bertlib.finetuning.metrics import (
+    confident_mistakes,
+    confusion_matrices,
+    evaluate,
+    tune_thresholds,
+    untuned_labels,
+    untuned_reasons,
+)
 from bertlib.finetuning.predict import main as predict_main
 from bertlib.finetuning.recipe import FineTuneConfig, fine_tune, make_batch_sampler
+from bertlib.finetuning.run import _parser as finetune_parser
 from bertlib.finetuning.run import main as finetune_main
-from bertlib.finetuning.split import stratified_split
+from bertlib.finetuning.split import prepare_comments, stratified_split
 from bertlib.text.fast_tokenizer import encode_texts, load_tokenizer
 from bertlib.training.sampling import LengthGroupedBatchSampler, length_grouped_batches
 from conftest import tiny_checkpoint_folder
@@ -240,7 +251,22 @@ def test_a_label_with_fewer_than_five_validation_positives_keeps_the_default_thr
     thresholds = tune_thresholds(probs, labels)
     assert thresholds[0] == 0.5 and thresholds[2] == 0.5 and thresholds[1] == pytest.approx(probs[4, 1])
     assert untuned_labels(labels).tolist() == [True, False, True]
+    assert untuned_reasons(labels, ["few", "enough", "all"]) == {
+        "few": "4 positives among 40 comments, tuning needs 5", "all": "no negatives among 40 comments"}
     assert tune_thresholds(probs, labels, min_positives=1)[0] == pytest.approx(probs[3, 0])
+
+
+def test_the_readme_fine_tune_command_tunes_and_scores_every_label_of_the_sample():
+    root = Path(__file__).parents[1]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    command = re.search(r"python3 -m bertlib\.finetune (.+?)\n(?!    )", readme.replace("\\\n", "")).group(1)
+    args = finetune_parser().parse_args(shlex.split(command))
+    comments = load_comments(root / args.data, task=args.task, drop_duplicates=True)
+    names, labels = task_labels(comments.frame, args.task)
+    data = prepare_comments(comments.frame["comment_text"].tolist(), labels, names, val_size=args.val_fraction,
+                            test_size=args.test_fraction, seed=args.seed)
+    assert untuned_reasons(data.part("validation")[1], names) == {}
+    assert min(counts["test"] for counts in data.positives().values()) >= args.min_positives
 
 
 def test_evaluate_agrees_with_sklearn_and_leaves_undefined_labels_out():

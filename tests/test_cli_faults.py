@@ -3,6 +3,10 @@ and a resume only of the same run."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -281,3 +285,80 @@ def test_finetune_refuses_a_validation_part_without_positives(tiny_checkpoint, t
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "validation" in err and "toxic" in err
     assert not (tmp_path / "out" / "run.json").exists()
+
+
+@contextlib.contextmanager
+def unreplaceable(path):
+    """`path` made immutable (chattr +i, as root) or read-only (otherwise) for the block; skips where neither holds."""
+    immutable = subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode == 0
+    mode = path.stat().st_mode
+    if not immutable:
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    try:
+        if os.access(path, os.W_OK):
+            pytest.skip(f"cannot make {path} unwritable here")
+        yield
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+        path.chmod(mode)
+
+
+@pytest.mark.parametrize("name", ["run.json", "pretrained"])
+def test_pretrain_refuses_an_unreplaceable_run_file_before_training(corpus, vocab, tmp_path, name):
+    out = tmp_path / "run"
+    assert pretrain(corpus, vocab, out) == 0
+    checkpoints = sorted(p.name for p in out.glob("checkpoint-*.pt"))
+    with unreplaceable(out / name), pytest.raises(SystemExit, match=f"{name} in the output folder cannot be "
+                                                                    "replaced .*chattr -i"):
+        pretrain(corpus, vocab, out, "--steps", "3")
+    assert sorted(p.name for p in out.glob("checkpoint-*.pt")) == checkpoints  # nothing trained
+
+
+def test_finetune_refuses_an_unreplaceable_run_json_before_training(tiny_checkpoint, tmp_path, capsys):
+    data = write(comments(), tmp_path / "a.csv")
+    out = tmp_path / "out"
+    assert finetune(tiny_checkpoint, data, out) == 0
+    with unreplaceable(out / "run.json"):
+        assert finetune(tiny_checkpoint, data, out, "--max-steps", "3") == 2
+    assert "run.json in the output folder cannot be replaced" in capsys.readouterr().err
+
+
+def test_a_file_that_turns_unwritable_during_the_run_is_one_line_naming_it(corpus, vocab, tmp_path, capsys,
+                                                                           monkeypatch):
+    from bertlib.finetuning import run as finetuning_run
+    from bertlib.model import hf
+
+    def denied(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(tmp_path / "run" / "pretrained" / "config.json"))
+
+    monkeypatch.setattr(hf, "save_pretrained", denied)
+    with pytest.raises(SystemExit, match=r"cannot write .*pretrained/config.json: Permission denied; make it "
+                                         "writable .* resumes"):
+        pretrain(corpus, vocab, tmp_path / "run")
+    monkeypatch.setattr(finetuning_run, "run_finetune", denied)
+    capsys.readouterr()
+    assert finetune_main(["--init", "x", "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.startswith("error: cannot write ")
+
+
+def test_an_untuned_threshold_is_said_by_the_run_its_files_and_predict(tiny_checkpoint, tmp_path, capsys):
+    import json
+
+    from bertlib.finetuning.predict import main as predict_main
+
+    data = write(comments(), tmp_path / "a.csv")  # 6 validation comments, 3 of them toxic
+    out = tmp_path / "out"
+    with pytest.warns(UserWarning, match="toxic: the validation part has 3 positives among 6 comments, tuning needs "
+                                         "5, so its threshold stays the untuned 0.5"):
+        assert finetune(tiny_checkpoint, data, out) == 0
+    why = "3 positives among 6 comments, tuning needs 5"
+    assert f"not all: toxic kept 0.5: {why}" in capsys.readouterr().out
+    assert json.loads((out / "run.json").read_text())["untuned_thresholds"] == {"toxic": why}
+    assert json.loads((out / "classifier.json").read_text())["untuned_thresholds"] == {"toxic": why}
+    assert predict_main(["--model", str(out), "you idiot"]) == 0
+    assert f"the threshold of toxic is the untuned 0.5: {why}" in capsys.readouterr().out
+    data = write(comments(200), tmp_path / "b.csv")  # 20 validation comments, 10 toxic: tuned
+    assert finetune(tiny_checkpoint, data, tmp_path / "tuned") == 0
+    assert "thresholds tuned on validation," in capsys.readouterr().out
+    assert json.loads((tmp_path / "tuned" / "run.json").read_text())["untuned_thresholds"] == {}

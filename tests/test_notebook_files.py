@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 
 import nbformat
 import pytest
@@ -33,3 +34,19 @@ def test_a_notebook_stays_small_enough_to_preview(path):
             if len(text) > MAX_TEXT_OUTPUT:
                 long_texts.append((index, len(text)))
     assert not long_texts, f"{path.name}: text outputs over {MAX_TEXT_OUTPUT:,} characters (cell, length): {long_texts}"
+
+
+ABSOLUTE_PATH = re.compile(r"(?<![\w.~])/(?:home|Users|root|work|tmp|content|kaggle|mnt|private|var)/[\w.-]+")
+"""A path of the machine that ran the notebook: the site and GitHub would show it (and its user's name)."""
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: f"{path.parent.name}/{path.name}")
+def test_outputs_show_no_path_of_the_machine_that_ran_them(path):
+    found = []
+    for index, cell in enumerate(nbformat.read(path, as_version=4).cells):
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            text = output.get("text", "") + data.get("text/plain", "") + data.get("text/html", "")
+            found += [(index, match) for match in ABSOLUTE_PATH.findall(text)]
+    assert not found, (f"{path.name} prints absolute paths (cell, path): {found[:5]}: print them with "
+                       "bertlib.data.shown_path, then rerun the notebook")

@@ -80,6 +80,20 @@ def test_a_resume_with_another_lr_is_refused_and_more_steps_reported(corpus, voc
     assert list_checkpoints(out)[-1].name == "checkpoint-4.pt"
 
 
+def test_a_resume_on_an_edited_corpus_is_refused_before_training(corpus, vocab, tmp_path):
+    edited = tmp_path / "corpus"
+    edited.mkdir()
+    for path in corpus.glob("*.txt"):
+        (edited / path.name).write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    out = tmp_path / "run"
+    assert run(edited, vocab, out) == 0
+    first = edited / "00_river.txt"
+    first.write_text(first.read_text(encoding="utf-8").replace("quiet", "still"), encoding="utf-8")  # same length
+    with pytest.raises(SystemExit, match="is not the text .* was trained on"):
+        run(edited, vocab, out, "--steps", "4")
+    assert list_checkpoints(out)[-1].name == "checkpoint-3.pt"
+
+
 def test_a_diverging_run_fails_and_exports_nothing(corpus, vocab, tmp_path):
     out = tmp_path / "run"
     with pytest.raises(SystemExit, match=r"step \d+: loss is nan"):

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from bertlib import show as show  # notebooks call course.show; the one definition is bertlib.show
-from bertlib.data.files import shown_path
+from bertlib.basics import shown_path
 
 T = TypeVar("T")
 

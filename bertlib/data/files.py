@@ -2,17 +2,18 @@
 
 Every reader of comments (bertlib.data.comments) and documents (bertlib.data.corpus) goes through these, so
 anything wrong in a file (bytes that are not UTF-8, an empty file, broken CSV) is a `DataError` naming the
-file, the line in the file and the column. `shown_path` is how every report and error shows a path: relative
-to the checkout, or under ~/, so outputs never carry a user's name. Imports no torch.
+file, the line in the file and the column. `shown_path` (bertlib.basics) is how every report and error shows
+a path: relative to the checkout, or under ~/, so outputs never carry a user's name. Imports no torch.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import os
 import zipfile
 from pathlib import Path
+
+from bertlib.basics import shown_path
 
 SAMPLE_COMMENTS = "toxic_comments_sample.csv"
 SAMPLE_CORPUS = "corpus"
@@ -45,16 +46,6 @@ class DataError(ValueError):
 # ---------------------------------------------------------------------------------------------------------
 # Reading files: zip members, strict UTF-8, CSV records with the line each one starts on
 # ---------------------------------------------------------------------------------------------------------
-
-
-def shown_path(path: str | Path) -> str:
-    """A path as shown in reports and errors: relative to the course checkout when inside it, else under the
-    home folder as ~/... (so outputs do not carry the user's name), else as it is."""
-    for root, prefix in ((_PACKAGE.parent, ""), (Path.home(), "~/")):
-        for candidate in (Path(os.path.abspath(path)), Path(path).resolve()):  # a cache's symbolic link kept first
-            if candidate.is_relative_to(root):
-                return prefix + candidate.relative_to(root).as_posix()
-    return str(path)
 
 
 def read_bytes(path: Path) -> tuple[bytes, str]:

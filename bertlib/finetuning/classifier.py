@@ -66,7 +66,8 @@ class ToxicityClassifier:
     """
 
     def __init__(self, model: BertForSequenceClassification, vocab_file: str | Path, lowercase: bool = True,
-                 thresholds: Sequence[float] | None = None, max_len: int = 256, clean: bool = True):
+                 thresholds: Sequence[float] | None = None, max_len: int = 256, clean: bool = True,
+                 untuned: dict[str, str] | None = None):
         self.model = model
         self.vocab_file = Path(vocab_file)
         self.lowercase = lowercase
@@ -84,6 +85,9 @@ class ToxicityClassifier:
         self.thresholds = np.full(n, 0.5) if thresholds is None else np.asarray(thresholds, dtype=np.float64)
         if self.thresholds.shape != (n,):
             raise ValueError(f"{self.thresholds.shape[0]} thresholds for {n} labels")
+        if untuned is None:
+            untuned = {} if thresholds is not None else dict.fromkeys(self.label_names, "never tuned: the default 0.5")
+        self.untuned = dict(untuned)  # label -> why its threshold is the untuned 0.5 (reports say so)
 
     @property
     def label_names(self) -> list[str]:
@@ -188,7 +192,8 @@ class ToxicityClassifier:
 
         folder = hf.save_pretrained(self.model, folder, vocab_file=self.vocab_file, lowercase=self.lowercase)
         info = {"labels": self.label_names, "thresholds": [float(t) for t in self.thresholds],
-                "max_len": self.max_len, "clean": self.clean, "lowercase": self.lowercase}
+                "untuned_thresholds": self.untuned, "max_len": self.max_len, "clean": self.clean,
+                "lowercase": self.lowercase}
         atomic_write(folder / CLASSIFIER_FILE, lambda path: path.write_text(json.dumps(info, indent=2) + "\n"))
         return folder
 
@@ -206,7 +211,7 @@ class ToxicityClassifier:
         info = hf.read_json(folder / CLASSIFIER_FILE) if (folder / CLASSIFIER_FILE).is_file() else {}
         classifier = cls(model, folder / "vocab.txt", info.get("lowercase", _read_lowercase(folder)),
                          thresholds=info.get("thresholds"), max_len=info.get("max_len", 256),
-                         clean=info.get("clean", True))
+                         clean=info.get("clean", True), untuned=info.get("untuned_thresholds", {}) if info else None)
         if "labels" in info and info["labels"] != classifier.label_names:
             raise ValueError(f"{folder / CLASSIFIER_FILE} names the labels {info['labels']}, config.json "
                              f"{classifier.label_names}")

@@ -62,6 +62,17 @@ def untuned_labels(labels: Any, min_positives: int = MIN_POSITIVES_TO_TUNE) -> n
     return (positives < max(min_positives, 1)) | (positives == len(labels))
 
 
+def untuned_reasons(labels: Any, label_names: Sequence[str],
+                    min_positives: int = MIN_POSITIVES_TO_TUNE) -> dict[str, str]:
+    """Why tune_thresholds keeps the default for each label it does not tune, by name (empty: all tuned)."""
+    labels = as_2d(labels)
+    positives = labels.sum(axis=0).astype(int)
+    untuned = untuned_labels(labels, min_positives)
+    return {name: (f"no negatives among {len(labels)} comments" if positives[j] == len(labels) else
+                   f"{positives[j]} positives among {len(labels)} comments, tuning needs {max(min_positives, 1)}")
+            for j, name in enumerate(label_names) if untuned[j]}
+
+
 TOO_FEW_POSITIVES = "too few positives to score"
 TOO_FEW_NEGATIVES = "too few negatives to score"
 METRICS = ("roc_auc", "pr_auc", "precision", "recall", "f1")

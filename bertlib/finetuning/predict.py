@@ -100,7 +100,10 @@ def main(argv: list[str] | None = None) -> int:
         where = ", ".join(comments.origins[i] for i in empty[:10]) + (" ..." if len(empty) > 10 else "")
         print(f"{len(empty)} empty or whitespace-only comment(s) not scored: {where}", file=sys.stderr)
     table = score(classifier, comments.texts, args.batch_size)
+    untuned = [f"the threshold of {name} is the untuned 0.5: {why}" for name, why in classifier.untuned.items()]
     if args.json:
+        if untuned:
+            print("\n".join(untuned), file=sys.stderr)
         for record in table.to_dict(orient="records"):
             clean = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in record.items()}
             print(json.dumps(clean, ensure_ascii=False))
@@ -111,4 +114,6 @@ def main(argv: list[str] | None = None) -> int:
         print(shown.round(3).to_string(index=False, na_rep="-"))
     thresholds = ", ".join(f"{n} {t:.2f}" for n, t in zip(classifier.label_names, classifier.thresholds, strict=True))
     print(f"\nflagged = probability >= threshold ({thresholds})")
+    if untuned:
+        print("\n".join(untuned))
     return 0

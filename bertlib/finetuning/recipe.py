@@ -30,7 +30,7 @@ from bertlib.data.labels import positive_weights
 from bertlib.finetuning.baseline import TfidfBaseline
 from bertlib.finetuning.batching import CommentDataset, PadCollator
 from bertlib.finetuning.classifier import ToxicityClassifier
-from bertlib.finetuning.metrics import evaluate, tune_thresholds
+from bertlib.finetuning.metrics import evaluate, tune_thresholds, untuned_reasons
 from bertlib.text.cleaning import clean_text
 from bertlib.training.config import TrainingConfig
 from bertlib.training.history import History
@@ -169,6 +169,7 @@ def fine_tune(
     if val_texts is not None:
         probs = classifier.predict(val_texts, batch_size=batch_size, progress=config.progress)
         classifier.thresholds = tune_thresholds(probs, val_labels)
+        classifier.untuned = untuned_reasons(val_labels, classifier.label_names)
         result.val_probs = probs
         result.val_metrics = evaluate(probs, val_labels, classifier.label_names, classifier.thresholds, **score)
     if test_texts is not None:

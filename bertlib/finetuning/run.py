@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import json
 import math
 import os
@@ -63,13 +62,20 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from bertlib.basics import atomic_write
+from bertlib.basics import atomic_write, json_sha256
 from bertlib.data.comments import load_comments, load_kaggle_test
 from bertlib.data.labels import task_labels
-from bertlib.finetuning.metrics import evaluate, with_intervals
+from bertlib.finetuning.classifier import ToxicityClassifier
+from bertlib.finetuning.metrics import evaluate, untuned_reasons, with_intervals
 from bertlib.finetuning.recipe import FineTuneConfig, FineTuneResult, fine_tune, fit_baseline
 from bertlib.finetuning.split import PreparedComments, prepare_comments
-from bertlib.training.checkpoint import DiskFullError, check_not_the_other_command_s, check_out_dir, latest_checkpoint
+from bertlib.training.checkpoint import (
+    DiskFullError,
+    check_not_the_other_command_s,
+    check_out_dir,
+    latest_checkpoint,
+    permission_line,
+)
 from bertlib.training.lock import RunLock, RunLockedError
 from bertlib.training.trainer import NonFiniteLossError, interrupted_line
 
@@ -155,6 +161,12 @@ NEGATED_FLAGS = {"--no-group", "--no-clean"}  # stored as the setting they switc
 SETTINGS_FILE = "settings.json"  # in out/checkpoints: what the checkpoints were trained on
 
 
+def thresholds_line(classifier: ToxicityClassifier) -> str:
+    """Where the thresholds come from, naming each label that kept the untuned 0.5 and why."""
+    kept = "; ".join(f"{name} kept 0.5: {why}" for name, why in classifier.untuned.items())
+    return "thresholds tuned on validation" + (f" (not all: {kept})" if kept else "")
+
+
 def _as_said(flag: str, value: Any) -> str:
     """A stored setting as the command line says it: '--no-group given' rather than '--no-group False'."""
     if flag in NEGATED_FLAGS:
@@ -164,11 +176,8 @@ def _as_said(flag: str, value: Any) -> str:
 
 def data_sha256(data: PreparedComments) -> str:
     """A hash of the three parts' texts and labels: two runs on the same rows in the same parts agree."""
-    digest = hashlib.sha256()
-    for part in ("train", "validation", "test"):
-        texts, labels = data.part(part)
-        digest.update(json.dumps([part, list(texts), np.asarray(labels).tolist()]).encode("utf-8", "surrogatepass"))
-    return digest.hexdigest()
+    parts = {part: data.part(part) for part in ("train", "validation", "test")}
+    return json_sha256(*([part, list(texts), np.asarray(labels).tolist()] for part, (texts, labels) in parts.items()))
 
 
 def run_settings(run: RunConfig, data: PreparedComments) -> dict[str, Any]:
@@ -278,6 +287,9 @@ def run_finetune(run: RunConfig) -> RunResult:
         warnings.warn(f"{', '.join(unscorable)}: fewer than {config.min_positives} positives in the test part, "
                       "reported as too few positives to score; more data or a larger --test-fraction would "
                       "score them", stacklevel=2)
+    for name, why in untuned_reasons(data.part("validation")[1], names).items():
+        warnings.warn(f"{name}: the validation part has {why}, so its threshold stays the untuned 0.5 (the report "
+                      "and classifier.json say so); a larger --val-fraction would tune it", stacklevel=2)
 
     train_texts, train_labels = data.part("train")
     val_texts, val_labels = data.part("validation")
@@ -296,6 +308,7 @@ def run_finetune(run: RunConfig) -> RunResult:
             "stopped_early": result.stopped_early, "train_seconds": round(result.seconds, 1), "config": result.config,
             "max_len_used": result.classifier.max_len,  # config's max_len, capped at the model's positions
             "thresholds": dict(zip(names, result.classifier.thresholds.tolist(), strict=True)),
+            "untuned_thresholds": result.classifier.untuned,
             "test_metrics": _headline(result.test_metrics),
         }
         if not first:  # under torchrun only the first process scores, writes and reports
@@ -318,14 +331,14 @@ def run_finetune(run: RunConfig) -> RunResult:
         _write_csv(result.history.frame(), out / "history.csv")
         _write_csv(result.test_metrics, out / "metrics.csv")
         _write_csv(result.val_metrics, out / "validation_metrics.csv")
-        _show(f"BERT ({run.init}), test part ({sizes['test']} comments, thresholds from validation, "
+        _show(f"BERT ({run.init}), test part ({sizes['test']} comments, {thresholds_line(result.classifier)}, "
               f"95% bootstrap intervals):", result.test_metrics)
         if baseline_table is not None:
             _write_csv(baseline_table, out / "baseline_metrics.csv")
             _show("TF-IDF + logistic regression, same parts:", baseline_table)
         if kaggle_table is not None:
             _write_csv(kaggle_table, out / "kaggle_test_metrics.csv")
-            _show("BERT on the Kaggle test labels (thresholds from validation):", kaggle_table)
+            _show(f"BERT on the Kaggle test labels ({thresholds_line(result.classifier)}):", kaggle_table)
         text = json.dumps(outcome.summary, indent=2, allow_nan=False) + "\n"
         atomic_write(out / "run.json", lambda path: path.write_text(text))
         print(f"\nsaved the classifier to {out} (python -m bertlib.predict --model {out} \"a comment\")")
@@ -430,6 +443,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, NonFiniteLossError, RunLockedError, DiskFullError) as error:
         # also OutDirError and DataError (ValueErrors): one line each, no traceback
         print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 2
+    except PermissionError as error:  # made read-only or immutable while the run trained
+        print(f"error: {permission_line(error)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as interrupt:  # the Trainer saved a checkpoint first: the same command resumes
         print(f"\nerror: {interrupted_line(interrupt)}", file=sys.stderr)

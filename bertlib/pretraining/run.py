@@ -5,12 +5,13 @@
 
 Everything a run can be refused for is checked before the first step: the output folder (a file in the way,
 not writable, another live run holding its lock), a resume whose data, model or optimizer arguments differ
-from the ones in OUT/run.json (each named by its flag), a vocabulary with nothing but special tokens, and a
-corpus too small to fill one batch. With --minutes, a timing probe (bertlib.training.time_budget) fixes the step count
-once, before the Trainer is built, so the learning-rate schedule never changes during the run; a resume keeps
-the count OUT/run.json records. OUT/run.json is written only once the Trainer has accepted the newest
-checkpoint (or found none), so a refused run never replaces the record of the run the folder holds. A
-non-finite loss stops the run without exporting the model; Ctrl-C saves a checkpoint and exits with status 130.
+from the ones in OUT/run.json (each named by its flag) or whose corpus text changed (run.json records its
+hash), a vocabulary with nothing but special tokens, and a corpus too small to fill one batch. With --minutes,
+a timing probe (bertlib.training.time_budget) fixes the step count once, before the Trainer is built, so the
+learning-rate schedule never changes during the run; a resume keeps the count OUT/run.json records.
+OUT/run.json is written only once the Trainer has accepted the newest checkpoint (or found none), so a refused
+run never replaces the record of the run the folder holds. A non-finite loss stops the run without exporting
+the model; Ctrl-C saves a checkpoint and exits with status 130.
 
 RECIPES holds the defaults of the two recipes (bertlib.pretrain's docstring says what each is and why);
 apply_recipe fills the flags a user left unset.
@@ -32,8 +33,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from bertlib.basics import atomic_write
-from bertlib.data.files import shown_path
+from bertlib.basics import atomic_write, json_sha256, shown_path
 from bertlib.model.bert import BertForPreTraining
 from bertlib.model.config import BertConfig
 from bertlib.pretraining.mlm import MaskingCollator, pretraining_metrics
@@ -47,6 +47,7 @@ from bertlib.training.checkpoint import (
     check_not_the_other_command_s,
     check_out_dir,
     latest_checkpoint,
+    permission_line,
 )
 from bertlib.training.config import TrainingConfig
 from bertlib.training.history import History
@@ -124,6 +125,21 @@ def check_resume(out: Path, args: dict[str, Any]) -> list[str]:
     return []
 
 
+def check_same_corpus(out: Path, corpus: str, corpus_sha256: str) -> None:
+    """Refuse to resume a run whose corpus changed since out/run.json recorded it (a run.json older than the
+    record is not checked): the windows, and what each step trains on, would silently differ."""
+    saved_path = out / "run.json"
+    if latest_checkpoint(out) is None or not saved_path.is_file():
+        return
+    try:
+        saved = json.loads(saved_path.read_text(encoding="utf-8")).get("corpus_sha256", corpus_sha256)
+    except (OSError, ValueError):  # check_resume names a run.json it cannot read
+        return
+    if saved != corpus_sha256:
+        raise PretrainError(f"{corpus} is not the text {out} was trained on (its hash differs from the one "
+                            f"{shown_path(saved_path)} records): restore that corpus to resume, or use another --out")
+
+
 def recorded_steps(out: Path) -> int | None:
     """The step count out/run.json records for the run a checkpoint in `out` belongs to (None: nothing to resume)."""
     path = out / "run.json"
@@ -153,7 +169,7 @@ def resolve_steps(args: argparse.Namespace, out: Path) -> str | None:
     args.steps = recorded if args.steps is None else min(recorded, args.steps)
     capped = f", capped by --steps at {args.steps:,}" if args.steps != recorded else ""
     return (f"--minutes {args.minutes:g}: resuming, so the run keeps the {recorded:,} steps that "
-            f"{out / 'run.json'} records{capped} (no new timing probe)")
+            f"{shown_path(out / 'run.json')} records{capped} (no new timing probe)")
 
 
 def load_texts(corpus: str, max_documents: int | None) -> tuple[list[str], str]:
@@ -261,6 +277,8 @@ def run_pretraining(args: argparse.Namespace) -> int:
         return _train_and_export(args, out, settings, is_main, world_size)
     except (OutDirError, RunLockedError, PretrainError, NonFiniteLossError, DiskFullError) as error:
         raise SystemExit(f"{PROG}: {error}") from None
+    except PermissionError as error:  # made read-only or immutable while the run trained
+        raise SystemExit(f"{PROG}: {permission_line(error)}") from None
     except KeyboardInterrupt as interrupt:
         print(f"\n{PROG}: {interrupted_line(interrupt)}", file=sys.stderr)
         return 130
@@ -286,6 +304,9 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
                                 "(or use --objective mlm)")
         if not texts:
             raise PretrainError(f"{args.corpus} holds no documents")
+        corpus_sha256 = json_sha256(texts)
+        if is_main:
+            check_same_corpus(out, args.corpus, corpus_sha256)
         tokenizer, vocab_path = run_tokenizer(args.vocab, texts, args.vocab_size, out, is_main, args.vocab_score,
                                                show_progress=is_main and args.progress)
         check_vocabulary(tokenizer, vocab_path, trained_here=args.vocab is None)
@@ -335,7 +356,8 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
               "the end)"
               + (f"; resumed at step {trainer.step} (the line above names the checkpoint)" if trainer.step
                  else "; starting fresh"))
-        run = json.dumps({"args": settings, "model_config": config.to_dict()}, indent=2) + "\n"
+        run = json.dumps({"args": settings, "corpus_sha256": corpus_sha256, "model_config": config.to_dict()},
+                         indent=2) + "\n"
         atomic_write(out / "run.json", lambda tmp: tmp.write_text(run, encoding="utf-8"))
     try:
         history = trainer.train()

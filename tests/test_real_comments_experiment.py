@@ -62,3 +62,18 @@ def test_a_folder_pretrained_on_another_split_or_on_unchecked_text_is_refused(ex
                          "--out", str(tmp_path / "r.json")])
     with pytest.raises(SystemExit, match="needs --init"):
         experiment.main(["--data", str(data), "--model", "checkpoint", "--out", str(tmp_path / "r.json")])
+
+
+def test_a_run_with_another_vocabulary_an_unreadable_record_or_stray_flags_is_refused(experiment, data, tmp_path):
+    corpus = tmp_path / "corpus"
+    out = ["--out", str(tmp_path / "r.json")]
+    experiment.main(["--data", str(data), "--write-corpus", str(corpus), *out])
+    own_vocab = _pretrained_on(corpus, tmp_path / "own-vocab")
+    (own_vocab.parent / "run.json").write_text(json.dumps({"args": {"corpus": str(corpus), "vocab": "wiki.txt"}}))
+    with pytest.raises(SystemExit, match="--vocab wiki.txt, a vocabulary trained on other text"):
+        experiment.main(["--data", str(data), "--model", "checkpoint", "--init", str(own_vocab), *out])
+    (own_vocab.parent / "run.json").write_text("{not json")
+    with pytest.raises(SystemExit, match="run.json cannot be read"):
+        experiment.main(["--data", str(data), "--model", "checkpoint", "--init", str(own_vocab), *out])
+    with pytest.raises(SystemExit, match="--init and --random-weights are for --model checkpoint"):
+        experiment.main(["--data", str(data), "--model", "tfidf", "--random-weights", *out])

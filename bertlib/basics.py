@@ -13,6 +13,7 @@ import errno
 import hashlib
 import json
 import os
+import shutil
 import sys
 from collections.abc import Callable, Mapping
 from importlib import import_module
@@ -33,7 +34,9 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> None:
 
 def write_files_atomically(writers: Mapping[Path, Callable[[Path], None]]) -> None:
     """Write several files all or none: each to a temp file first (fsynced), and only when every one is written
-    are they renamed into place. A failure (a full disk) leaves every old file as it was and no temp file."""
+    are they renamed into place, in the order given. A failure while writing (a full disk) leaves every old file
+    as it was and no temp file; a crash between the renames leaves the first files new, so give last the file
+    that says the set is complete."""
     temps = {Path(path): Path(path).with_name(f".{Path(path).name}.{os.getpid()}.tmp") for path in writers}
     try:
         for path, write in writers.items():
@@ -75,6 +78,14 @@ def json_sha256(*values: object) -> str:
     for value in values:
         digest.update(json.dumps(value).encode("utf-8", "surrogatepass"))
     return digest.hexdigest()
+
+
+def free_space(folder: str | Path) -> str:
+    """"N MiB free" on the disk of `folder`, for a disk-full message (which must not fail in turn)."""
+    try:
+        return f"{shutil.disk_usage(folder).free / 2**20:.0f} MiB free"
+    except OSError:
+        return "free space unknown"
 
 
 def is_disk_full(error: BaseException) -> bool:

@@ -134,6 +134,16 @@ def test_a_flipped_bit_in_a_checkpoint_s_weights_is_caught_and_the_one_before_is
     assert path.name == "checkpoint-1.pt" and torch.equal(state["w"], weights)
 
 
+@pytest.mark.skipif(not hasattr(torch.serialization, "set_crc32_options"), reason="torch < 2.4 always writes CRCs")
+def test_a_checkpoint_saved_without_checksums_loads(tmp_path):
+    torch.serialization.set_crc32_options(False)
+    try:
+        save_checkpoint({"step": 1, "w": torch.arange(1000, dtype=torch.float32)}, tmp_path / "checkpoint-1.pt")
+    finally:
+        torch.serialization.set_crc32_options(True)
+    assert torch.equal(load_checkpoint(tmp_path / "checkpoint-1.pt")["w"], torch.arange(1000, dtype=torch.float32))
+
+
 def test_orphaned_temp_files_of_dead_processes_are_removed(tmp_path):
     orphan = tmp_path / f".checkpoint-5.pt.{dead_pid()}.tmp"
     orphan.write_bytes(b"partial")

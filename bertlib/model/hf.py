@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from bertlib.basics import DiskFullError, is_disk_full, write_files_atomically
+from bertlib.basics import DiskFullError, free_space, is_disk_full, write_files_atomically
 from bertlib.model.bert import BertForPreTraining, BertForSequenceClassification, BertModel, BertPreTrainedModel
 from bertlib.model.config import BertConfig
 
@@ -266,30 +266,30 @@ def save_pretrained(
     """Write config.json + model.safetensors (+ vocab.txt) that transformers' from_pretrained loads.
 
     The files are written all or none (bertlib.basics.write_files_atomically: temporary files, renamed only
-    once every one is whole), so a full disk or a crash leaves an earlier export as it was, never a folder
-    with a new config.json and no weights; a full disk is a DiskFullError of one line.
+    once every one is whole, config.json last), so a full disk leaves an earlier export as it was and a crash
+    between the renames never leaves a new config.json beside old weights; a full disk is a DiskFullError of
+    one line.
     """
     from safetensors.torch import save_file
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     config = {**model.config.to_hf_dict(), "architectures": [_ARCHITECTURES[type(model)]]}
-    writers = {folder / "config.json": lambda path: path.write_text(json.dumps(config, indent=2) + "\n"),
-               folder / "model.safetensors":
-                   lambda path: save_file(to_hf_state_dict(model), path, metadata={"format": "pt"})}
+    writers = {folder / "model.safetensors":
+               lambda path: save_file(to_hf_state_dict(model), path, metadata={"format": "pt"})}
     if vocab_file is not None:
         tokenizer_config = {"tokenizer_class": "BertTokenizer", "do_lower_case": lowercase,
                             "model_max_length": model.config.max_position_embeddings}
         writers[folder / "vocab.txt"] = lambda path: shutil.copyfile(vocab_file, path)
         writers[folder / "tokenizer_config.json"] = (
             lambda path: path.write_text(json.dumps(tokenizer_config, indent=2) + "\n"))
+    writers[folder / "config.json"] = lambda path: path.write_text(json.dumps(config, indent=2) + "\n")  # last
     try:
         write_files_atomically(writers)
     except Exception as error:
         if not is_disk_full(error):
             raise
-        free = shutil.disk_usage(folder).free / 2**20
         raise DiskFullError(errno.ENOSPC, f"the disk is full: the model could not be exported to {folder} "
-                                          f"({free:.0f} MiB free); nothing in it was replaced: free some space "
+                                          f"({free_space(folder)}); nothing in it was replaced: free some space "
                                           "and export again") from None
     return folder

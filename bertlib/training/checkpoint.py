@@ -36,13 +36,12 @@ import errno
 import json
 import os
 import re
-import shutil
 import warnings
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bertlib.basics import DiskFullError, atomic_write, is_disk_full, shown_path
+from bertlib.basics import DiskFullError, atomic_write, free_space, is_disk_full, shown_path
 from bertlib.training.lock import process_alive
 
 if TYPE_CHECKING:
@@ -123,7 +122,8 @@ def permission_line(error: PermissionError) -> str:
 
 def command_of_run(folder: str | Path) -> str | None:
     """Which command's run a folder holds: "pretrain" (its run.json has args and model_config, or pretrained/
-    exists), "finetune" (classifier.json, checkpoints/settings.json, or a run.json with a task), else None."""
+    exists), "finetune" (classifier.json, checkpoints/settings.json, or a run.json with a task), "export" (an
+    exported model: config.json and model.safetensors, such as a pretraining run's pretrained/), else None."""
     folder = Path(folder)
     try:
         recorded = json.loads((folder / "run.json").read_text(encoding="utf-8"))
@@ -135,13 +135,18 @@ def command_of_run(folder: str | Path) -> str | None:
     if "task" in recorded or (folder / "classifier.json").is_file() or (folder / "checkpoints" / "settings.json"
                                                                          ).is_file():
         return "finetune"
+    if (folder / "config.json").is_file() and (folder / "model.safetensors").is_file():
+        return "export"
     return None
 
 
-def check_not_the_other_command_s(folder: str | Path, command: str) -> None:
-    """OutDirError if `folder` holds the run of the other command than `command`: writing into it would
-    overwrite that run's run.json and history.csv."""
+def refuse_other_runs(folder: str | Path, command: str) -> None:
+    """OutDirError if `folder` holds the run of the other command than `command`, or an exported model: writing
+    into it would overwrite that run's run.json and history.csv, or the model."""
     holder = command_of_run(folder)
+    if holder == "export":
+        raise OutDirError(f"{folder} holds an exported model (config.json, model.safetensors); python -m "
+                          f"bertlib.{command} would overwrite it: give --out another folder")
     if holder is not None and holder != command:
         raise OutDirError(f"{folder} holds a run of python -m bertlib.{holder}; python -m bertlib.{command} would "
                           "overwrite its run.json and history.csv: give --out another folder")
@@ -192,10 +197,7 @@ def save_checkpoint(state: dict[str, Any], path: str | Path) -> None:
 
 def _disk_full_error(path: Path, error: BaseException) -> DiskFullError:
     """DiskFullError naming the file that could not be written, the space left and the last intact checkpoint."""
-    try:
-        free = f"{shutil.disk_usage(path.parent).free / 2**20:.0f} MiB free"
-    except OSError:
-        free = "free space unknown"
+    free = free_space(path.parent)
     last = latest_checkpoint(path.parent)
     kept = (f"the last checkpoint, {last}, is intact (files are written whole or not at all): free some space (the "
             "older checkpoint-<step>.pt files beside it can go: resuming needs only the newest) and run again to "
@@ -206,12 +208,25 @@ def _disk_full_error(path: Path, error: BaseException) -> DiskFullError:
 
 
 def _damaged_record(path: Path) -> str | None:
-    """The first record of a torch.save archive whose bytes fail their CRC-32, which torch.load never checks."""
+    """The first record of a torch.save archive whose bytes fail their CRC-32, which torch.load never checks.
+
+    This reads the file once more before torch.load does (the price of knowing). A record stored with CRC 0
+    and some bytes was saved without checksums (torch.serialization.set_crc32_options(False)): nothing to check.
+    """
     try:
         with zipfile.ZipFile(path) as archive:
-            return archive.testzip()
+            for record in archive.infolist():
+                if record.CRC == 0 and record.file_size:
+                    continue
+                try:
+                    with archive.open(record) as stream:
+                        while stream.read(1 << 24):
+                            pass
+                except zipfile.BadZipFile:  # "Bad CRC-32 for file ..."
+                    return record.filename
     except (zipfile.BadZipFile, OSError, EOFError):  # not a whole zip archive: torch.load says why below
         return None
+    return None
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:

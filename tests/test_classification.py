@@ -492,6 +492,7 @@ def test_a_batch_size_below_one_is_refused_not_scored_as_zeros(tiny_checkpoint, 
     assert stop.value.code == 2 and f"--batch-size must be at least 1, got {batch_size}" in capsys.readouterr().err
     with pytest.raises(ValueError, match="batch_size must be a whole number of at least 1"):
         classifier.predict(["thanks"], batch_size=batch_size)
+    assert classifier.predict(["thanks", "you idiot"], batch_size=np.int64(1)).shape == (2, 1)  # numpy's ints count
 
 
 def test_predict_reads_csv_through_the_one_reader_and_names_bad_files(tiny_checkpoint, tmp_path, capsys):

@@ -4,6 +4,7 @@ and a resume only of the same run."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 
@@ -119,11 +120,16 @@ def test_a_refused_resume_says_whether_a_no_flag_was_given_not_the_inverted_sett
     assert finetune(tiny_checkpoint, data, tmp_path / "out", "--no-group", "--no-clean") == 2
     err = capsys.readouterr().err
     assert "--no-group was not given, now given" in err and "--no-clean was not given, now given" in err
+    settings = tmp_path / "out" / "checkpoints" / "settings.json"
+    recorded = json.loads(settings.read_text())
+    del recorded["--no-clean"]  # a settings.json from before the setting was recorded
+    settings.write_text(json.dumps(recorded))
+    assert finetune(tiny_checkpoint, data, tmp_path / "out", "--no-clean") == 2
+    assert "--no-clean was not recorded, now given" in capsys.readouterr().err
 
 
 def test_a_second_finetune_refused_by_the_lock_writes_nothing_into_the_running_run(tiny_checkpoint, tmp_path,
                                                                                    capsys):
-    import json
     import socket
 
     data = write(comments(), tmp_path / "a.csv")
@@ -166,6 +172,13 @@ def test_each_command_refuses_a_folder_that_holds_the_other_command_s_run(corpus
     with pytest.raises(SystemExit, match="holds a run of python -m bertlib.finetune"):
         pretrain(corpus, vocab, finetuned)
     assert {folder: (folder / "run.json").read_text() for folder in before} == before
+    export = pretrained / "pretrained"
+    weights = (export / "model.safetensors").read_bytes()
+    assert finetune(export, data, export) == 2  # --out the very model it starts from
+    assert "holds an exported model (config.json, model.safetensors)" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="holds an exported model"):
+        pretrain(corpus, vocab, export)
+    assert (export / "model.safetensors").read_bytes() == weights and not (export / "run.json").exists()
 
 
 def test_a_refused_pretrain_resume_leaves_run_json_as_it_was(corpus, vocab, tmp_path):
@@ -196,8 +209,6 @@ def test_an_empty_out_is_refused_by_both_commands_and_the_current_folder_is_left
 
 def test_a_max_len_beyond_the_model_s_positions_is_said_and_run_json_records_what_was_used(tiny_checkpoint,
                                                                                              tmp_path):
-    import json
-
     positions = json.loads((tiny_checkpoint / "config.json").read_text())["max_position_embeddings"]
     data = write(comments(), tmp_path / "a.csv")
     with pytest.warns(UserWarning, match=f"max_len 100000 is more than the model's {positions} positions"):
@@ -343,8 +354,6 @@ def test_a_file_that_turns_unwritable_during_the_run_is_one_line_naming_it(corpu
 
 
 def test_an_untuned_threshold_is_said_by_the_run_its_files_and_predict(tiny_checkpoint, tmp_path, capsys):
-    import json
-
     from bertlib.finetuning.predict import main as predict_main
 
     data = write(comments(), tmp_path / "a.csv")  # 6 validation comments, 3 of them toxic

@@ -12,6 +12,7 @@ Leaves out: training (bertlib.finetune), serving over HTTP, and calibration of t
 from __future__ import annotations
 
 import json
+import numbers
 import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -143,8 +144,9 @@ class ToxicityClassifier:
         """(texts, labels) raw scores, in the order of `texts`."""
         from tqdm.auto import tqdm
 
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
             raise ValueError(f"batch_size must be a whole number of at least 1, got {batch_size!r}")
+        batch_size = int(batch_size)
         ids = self.encode(texts)
         collate = PadCollator(pad_id=self.tokenizer.token_to_id("[PAD]"))
         by_length = np.argsort([len(i) for i in ids], kind="stable")  # similar lengths share a batch: little padding

@@ -71,10 +71,10 @@ from bertlib.finetuning.recipe import FineTuneConfig, FineTuneResult, fine_tune,
 from bertlib.finetuning.split import PreparedComments, prepare_comments
 from bertlib.training.checkpoint import (
     DiskFullError,
-    check_not_the_other_command_s,
     check_out_dir,
     latest_checkpoint,
     permission_line,
+    refuse_other_runs,
 )
 from bertlib.training.lock import RunLock, RunLockedError
 from bertlib.training.trainer import NonFiniteLossError, interrupted_line
@@ -157,7 +157,8 @@ FIXED_FINETUNE_ARGS = {"max_len": "--max-len", "batch_size": "--batch-size", "lr
                    "pos_weight_cap": "--pos-weight-cap", "padding": "--padding", "group_by_length": "--no-group",
                    "bucket_batches": "bucket_batches", "precision": "--precision", "eval_every": "--eval-every",
                    "patience": "--patience", "clean": "--no-clean", "seed": "--seed"}
-NEGATED_FLAGS = {"--no-group", "--no-clean"}  # stored as the setting they switch off: True = the flag was not given
+NEGATED_FLAGS = {flag for flag in FIXED_FINETUNE_ARGS.values() if flag.startswith("--no-")}  # stored as the setting
+# they switch off: True = the flag was not given
 SETTINGS_FILE = "settings.json"  # in out/checkpoints: what the checkpoints were trained on
 
 
@@ -169,6 +170,8 @@ def thresholds_line(classifier: ToxicityClassifier) -> str:
 
 def _as_said(flag: str, value: Any) -> str:
     """A stored setting as the command line says it: '--no-group given' rather than '--no-group False'."""
+    if value is None and flag in NEGATED_FLAGS:
+        return "not recorded"
     if flag in NEGATED_FLAGS:
         return "not given" if value else "given"
     return repr(value)
@@ -254,7 +257,7 @@ def run_finetune(run: RunConfig) -> RunResult:
     """
     config = run.training
     out = check_out_dir(run.out)  # before any loading or training: a bad --out fails in a second
-    check_not_the_other_command_s(out, "finetune")
+    refuse_other_runs(out, "finetune")
     comments = load_comments(run.data, task=run.task, drop_duplicates=True)
     kaggle_test = load_kaggle_test(run.kaggle_test) if run.kaggle_test is not None else None
     print(comments.report)

@@ -44,10 +44,10 @@ from bertlib.text.wordpiece_trainer import train_wordpiece
 from bertlib.training.checkpoint import (
     DiskFullError,
     OutDirError,
-    check_not_the_other_command_s,
     check_out_dir,
     latest_checkpoint,
     permission_line,
+    refuse_other_runs,
 )
 from bertlib.training.config import TrainingConfig
 from bertlib.training.history import History
@@ -266,7 +266,7 @@ def run_pretraining(args: argparse.Namespace) -> int:
     try:
         if is_main:
             check_out_dir(args.out)  # the string as given: Path("") would be the current folder
-            check_not_the_other_command_s(out, "pretrain")
+            refuse_other_runs(out, "pretrain")
             lock.acquire()
         said = resolve_steps(args, out)
         if said is not None and is_main:

@@ -124,6 +124,15 @@ def test_calling_the_layer_the_exercise_passes_in_is_caught_while_it_runs():
     assert not result.passed and "BertEmbeddings.forward" in result.message
 
 
+def test_code_too_unusual_to_inspect_is_still_checked_while_it_runs(monkeypatch):
+    def inspection_fails(solution, targets):
+        raise TypeError("an object the inspection did not expect")
+
+    monkeypatch.setattr(checking, "borrowed", inspection_fails)
+    result = exercises.check("04.multi_head_attention", lambda layer, x, mask: layer(x, mask)[0])
+    assert not result.passed and "MultiHeadSelfAttention.forward" in result.message  # the tripwire, not a raise
+
+
 def test_a_learner_s_except_exception_cannot_swallow_the_refusal():
     def swallowing(layer, x, mask):
         try:

@@ -278,6 +278,14 @@ def test_resume_refuses_the_checkpoint_of_another_model_size_in_one_line(tmp_pat
         Trainer(other_size, quiet(max_steps=2, batch_size=4, out_dir=tmp_path), data, stack).train()
     assert len(str(caught.value)) < 600 and "\n" not in str(caught.value)  # one line, not the whole key list
 
+    def out_of_memory(state):
+        raise RuntimeError("CUDA out of memory")
+
+    same_size = classifier()
+    same_size.load_state_dict = out_of_memory
+    with pytest.raises(RuntimeError, match="^CUDA out of memory$"):  # not called a model of another size
+        Trainer(same_size, quiet(max_steps=2, batch_size=4, out_dir=tmp_path), data, stack).train()
+
 
 def test_resume_refuses_a_different_data_order(tmp_path):
     data = classification_data(8)

@@ -706,6 +706,8 @@ class Trainer:
         try:
             self.model.load_state_dict(state["model"])
         except RuntimeError as error:  # size mismatches, missing or unexpected keys: a model of another size
+            if not any(sign in str(error) for sign in ("size mismatch", "Missing key", "Unexpected key")):
+                raise  # some other failure (out of memory, ...): as it is
             lines = [line.strip() for line in str(error).splitlines()[1:] if line.strip()]
             first = next((line for line in lines if line.startswith("size mismatch")), lines[0] if lines else "")
             first = first if len(first) <= 200 else first[:200] + " ..."

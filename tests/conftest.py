@@ -140,10 +140,15 @@ def hub_offline_as_the_test_sets_it(monkeypatch):
     reads the variable at each call, so a test that wants offline sets it, and one that wants a hub unsets it.
     """
     try:
-        from huggingface_hub import constants
+        from huggingface_hub import constants, utils
     except ImportError:
+        yield
         return
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    reset_sessions = getattr(utils, "reset_sessions", lambda: None)  # before 1.0, a cached HTTP session keeps the
+    reset_sessions()  # offline switch it was made under: a test that turned it on left later tests offline
+    yield
+    reset_sessions()
 
 
 def tiny_checkpoint_folder(folder: Path, words: list[str]) -> Path:

@@ -112,7 +112,7 @@ def test_the_hub_settings_are_the_ones_the_test_makes_not_the_shells(monkeypatch
     """In a shell with HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 (as .ci/run has), unsetting them puts a test online."""
     for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.delenv(name, raising=False)
-    assert hub_client._settings()[2] is None and not huggingface_hub.constants.is_offline_mode()
+    assert hub_client._settings()[2] is None and not huggingface_hub.constants.HF_HUB_OFFLINE
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert hub_client._settings()[2] == "offline: HF_HUB_OFFLINE is set"
 

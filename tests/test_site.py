@@ -26,6 +26,14 @@ def test_every_notebook_has_its_page_and_nothing_is_broken(built):
     assert (built / site.MARKER).is_file()
 
 
+def test_one_search_box_and_outputs_that_scroll_with_spaced_table_columns(built):
+    page = (built / "notebooks" / "07_finetuning_toxic_comments.html").read_text(encoding="utf-8")
+    assert page.count('class="search-button') + page.count("search-button-field") == 1  # the header's button only
+    assert 'href="../_static/course.css' in page
+    css = (built / "_static" / "course.css").read_text(encoding="utf-8")
+    assert "overflow-x: auto" in css and re.search(r"table\.dataframe td \{[^}]*padding", css)
+
+
 def test_the_index_lists_the_course_then_the_solutions_in_order(built):
     index = (built / "index.html").read_text(encoding="utf-8")
     course = [path for path in NOTEBOOKS if path.parent.name != "solutions"]

@@ -52,9 +52,12 @@ myst_enable_extensions = ["dollarmath", "amsmath"]
 myst_heading_anchors = 3
 html_theme = "sphinx_book_theme"
 html_title = "BERT from Scratch"
-html_static_path = []
+html_static_path = ["_css"]
+html_css_files = ["course.css"]
 html_theme_options = {{"repository_url": {repository!r}, "use_repository_button": True,
                       "show_toc_level": 2, "home_page_in_toc": True}}
+# The theme's sidebar, less its search field: the search button in each page's header is the one search.
+html_sidebars = {{"**": ["navbar-logo.html", "icon-links.html", "sbt-sidebar-nav.html"]}}
 exclude_patterns = ["_build"]
 suppress_warnings = ["myst.header"]  # the solutions put exercises (###) straight under the title (#), on purpose
 '''
@@ -81,6 +84,16 @@ The [repository]({repository}) has the shared package, `bertlib`, and the comman
 {solutions}
 ```
 '''
+
+
+_CSS = """\
+/* Wide outputs and code scroll inside their cell instead of being cut off at the column's edge. */
+div.cell_output, div.cell_input pre, div.highlight pre { overflow-x: auto; }
+div.cell_output table { display: block; max-width: 100%; overflow-x: auto; }
+/* pandas tables: a gap between columns (numbers never run together), numbers aligned on the right. */
+table.dataframe th, table.dataframe td { padding: 0.15rem 0.6rem; }
+table.dataframe td { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+"""
 
 
 class SiteError(RuntimeError):
@@ -129,6 +142,8 @@ def stage(source: Path, notebooks: list[Path], repository: str = REPOSITORY) -> 
         nbformat.write(notebook, target)
         (solutions if "solutions" in relative.parts else course).append(relative.with_suffix("").as_posix())
     (source / "conf.py").write_text(_CONF.format(repository=repository), encoding="utf-8")
+    (source / "_css").mkdir()
+    (source / "_css" / "course.css").write_text(_CSS, encoding="utf-8")
     (source / "index.md").write_text(_INDEX.format(repository=repository, course="\n".join(course),
                                                    solutions="\n".join(solutions)), encoding="utf-8")
 

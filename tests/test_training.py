@@ -6,6 +6,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -285,6 +286,30 @@ def test_resume_refuses_the_checkpoint_of_another_model_size_in_one_line(tmp_pat
     same_size.load_state_dict = out_of_memory
     with pytest.raises(RuntimeError, match="^CUDA out of memory$"):  # not called a model of another size
         Trainer(same_size, quiet(max_steps=2, batch_size=4, out_dir=tmp_path), data, stack).train()
+
+
+def test_tokens_per_second_counts_the_training_steps_only(tmp_path, monkeypatch):
+    data = classification_data(8)
+    config = quiet(max_steps=6, batch_size=4, log_every=2, checkpoint_every=2, out_dir=tmp_path)
+    trainer = Trainer(classifier(), config, data, stack)
+    trainer.train(stop_at=3)  # a window (steps 3-4) that spans two calls
+    slow_save = trainer.save_checkpoint
+
+    def save_checkpoint():  # a slow disk: a second per checkpoint
+        time.sleep(1.0)
+        return slow_save()
+
+    monkeypatch.setattr(trainer, "save_checkpoint", save_checkpoint)
+    time.sleep(1.0)  # a pause between the two calls
+    trainer.train()
+    rates = [record["tokens_per_s"] for record in trainer.history.records]
+    seconds = trainer.totals["seconds"]
+    assert seconds < 1.0 and 0 < trainer.totals["tokens"] <= 6 * 4 * data[0]["input_ids"].numel()
+    assert all(rate >= trainer.totals["tokens"] / seconds / 20 for rate in rates)  # no window paid for a pause
+    assert trainer.tokens_per_second() == pytest.approx(trainer.totals["tokens"] / seconds)
+    resumed = Trainer(classifier(), config, data, stack)
+    resumed.train(stop_at=0)
+    assert resumed.totals == trainer.totals  # the checkpoint carries them
 
 
 def test_resume_refuses_a_different_data_order(tmp_path):

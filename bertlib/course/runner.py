@@ -18,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bertlib.basics import shown_path
 from bertlib.course import session
 from bertlib.course.session import ArtifactsError, artifacts_dir, notebooks_dir
 
@@ -210,5 +211,5 @@ def main(argv: list[str] | None = None) -> int:
     for name, seconds, status in rows:
         print(f"{name:<{width}}  {seconds:8.1f}  {status}")
     print(f"{'total':<{width}}  {sum(s for _, s, _ in rows):8.1f}")
-    print(f"\nExecuted notebooks are in {out_dir}")
+    print(f"\nExecuted notebooks are in {shown_path(out_dir)}")
     return 0 if all(status == "ok" for _, _, status in rows) else 1

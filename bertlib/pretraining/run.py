@@ -367,11 +367,12 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
         folder = hf.save_pretrained(model, out / "pretrained", vocab_file=vocab_path)
         atomic_write(out / "history.csv", history.frame().to_csv)
         logged = set(history.keys())
-        last = {key: history.last(key) for key in ("loss", "mlm_accuracy", "nsp_accuracy", "tokens_per_s",
-                                                   "eval_loss", "eval_mlm_accuracy", "eval_nsp_accuracy")
-                if key in logged}
+        last = {key: history.last(key) for key in ("loss", "mlm_accuracy", "nsp_accuracy", "eval_loss",
+                                                   "eval_mlm_accuracy", "eval_nsp_accuracy") if key in logged}
         print(f"done: step {trainer.step} in {time.perf_counter() - start:.0f} s; "
-              + ", ".join(f"{k} {v:.4g}" for k, v in last.items()))
+              + ", ".join(f"{k} {v:.4g}" for k, v in last.items())
+              + f"; {trainer.tokens_per_second():,.0f} tokens/s over the training steps (evaluation and "
+                "checkpoints not counted)")
         print(f"model for fine-tuning: {shown_path(folder)} (bertlib.model.hf.from_pretrained or transformers)")
     return 0
 

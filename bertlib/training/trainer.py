@@ -248,6 +248,7 @@ class Trainer:
         self.skipped_steps = 0  # fp16 updates GradScaler skipped (overflowing gradients), not counted in step
         self.history = History()
         self._window: dict[str, float] = {}  # sums over the steps since the last record, "steps" counts them
+        self.totals = {"tokens": 0.0, "seconds": 0.0}  # over every training step of the run, resumes included
         self._started = False
         self._interrupt_requested = False
 
@@ -345,14 +346,18 @@ class Trainer:
         bar = tqdm(total=total, initial=self.step, desc="train", unit="step",
                    disable=not (cfg.progress and self.is_main), dynamic_ncols=True)
         batches = self._micro_batches()
-        self._window_start = time.perf_counter()
         self._train_model.train()
         previous_handlers = self._catch_ctrl_c()
         try:
             while self.step < target:
+                started = time.perf_counter()
                 numbers = self._train_step(batches)
+                seconds = time.perf_counter() - started  # the step alone: evaluation and checkpoints are not in it
+                self._window["seconds"] = self._window.get("seconds", 0.0) + seconds
+                self.totals["seconds"] += seconds
                 if numbers is None:  # fp16 overflow: GradScaler skipped the update
                     continue
+                self.totals["tokens"] += numbers.get("tokens", 0.0)
                 interrupted = numbers.pop("interrupted") > 0
                 self.step += 1
                 bar.update(1)
@@ -557,13 +562,17 @@ class Trainer:
             f"rate (lr={self.config.lr}) or check the data of this step."
         )
 
+    def tokens_per_second(self) -> float:
+        """Tokens trained per second over every training step of the run (evaluation and checkpoints not counted)."""
+        return self.totals["tokens"] / self.totals["seconds"] if self.totals["seconds"] > 0 else 0.0
+
     def _flush_window(self) -> dict[str, float]:
-        """Average the steps since the last record into one record (tokens/s over the window's wall time)."""
+        """Average the steps since the last record into one record (tokens/s over the time of the window's steps,
+        so evaluation, checkpoints, a pause between train() calls or a resume never enter it)."""
         window, self._window = self._window, {}
         steps = window.pop("steps")
         tokens = window.pop("tokens", 0.0)
-        now = time.perf_counter()
-        elapsed, self._window_start = now - self._window_start, now
+        elapsed = window.pop("seconds", 0.0)
         record = {"epoch": self.epoch + self.position / len(self.batch_sampler)}
         record.update({key: value / steps for key, value in window.items()})
         if tokens > 0 and elapsed > 0:
@@ -665,6 +674,7 @@ class Trainer:
             "config": self.config.to_dict(),
             "history": [dict(r) for r in self.history.records],
             "window": dict(self._window),
+            "totals": dict(self.totals),
         }
 
     def save_checkpoint(self) -> Path:
@@ -725,6 +735,7 @@ class Trainer:
         self.skipped_steps = state["skipped_steps"]
         self.history = History([dict(r) for r in state["history"]])
         self._window = dict(state["window"])
+        self.totals = dict(state.get("totals", self.totals))  # checkpoints from before the totals: from here on
         set_rng_state(state["rng"][self.rank], self.device)
 
     def close(self) -> None:

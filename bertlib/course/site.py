@@ -55,8 +55,9 @@ html_title = "BERT from Scratch"
 html_static_path = ["_css"]
 html_css_files = ["course.css"]
 html_theme_options = {{"repository_url": {repository!r}, "use_repository_button": True,
-                      "show_toc_level": 2, "home_page_in_toc": True}}
-# The theme's sidebar, less its search field: the search button in each page's header is the one search.
+                      "show_toc_level": 2, "home_page_in_toc": True, "navbar_persistent": []}}
+# The theme's sidebar, less its search field (and the navbar's above it, navbar_persistent): the search button
+# in each page's header is the one search.
 html_sidebars = {{"**": ["navbar-logo.html", "icon-links.html", "sbt-sidebar-nav.html"]}}
 exclude_patterns = ["_build"]
 suppress_warnings = ["myst.header"]  # the solutions put exercises (###) straight under the title (#), on purpose

@@ -312,6 +312,28 @@ def test_tokens_per_second_counts_the_training_steps_only(tmp_path, monkeypatch)
     assert resumed.totals == trainer.totals  # the checkpoint carries them
 
 
+def test_a_batch_without_padding_reaches_sdpa_without_a_mask_and_counts_every_token(monkeypatch):
+    from bertlib.model import attention
+
+    masks = []
+    fused = attention.F.scaled_dot_product_attention
+
+    def recording(query, key, value, attn_mask=None, dropout_p=0.0):
+        masks.append(attn_mask)
+        return fused(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p)
+
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", recording)
+    padded = classification_data(8)
+    packed = [{**item, "attention_mask": torch.ones_like(item["attention_mask"])} for item in padded]
+    trainer = Trainer(classifier(), quiet(max_steps=1, batch_size=8), packed, stack)
+    trainer.train()
+    assert masks and all(mask is None for mask in masks)  # flash-eligible: no mask at all
+    assert trainer.totals["tokens"] == sum(item["input_ids"].numel() for item in packed)
+    masks.clear()
+    Trainer(classifier(), quiet(max_steps=1, batch_size=8), padded, stack).train()
+    assert masks and all(mask is not None for mask in masks)  # padding still masked
+
+
 def test_resume_refuses_a_different_data_order(tmp_path):
     data = classification_data(8)
     Trainer(classifier(), quiet(max_steps=2, batch_size=4, out_dir=tmp_path), data, stack).train(stop_at=1)

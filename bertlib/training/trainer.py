@@ -324,7 +324,12 @@ class Trainer:
             self.position = 0
 
     def _to_device(self, batch: Batch) -> Batch:
-        """Move a collated batch's tensors to the training device."""
+        """Move a collated batch's tensors to the training device, leaving out an attention_mask without padding
+        (packed windows): a model given none may use sdpa's flash kernel, which a mask rules out, and the check
+        runs here on the CPU, where it costs no wait on the GPU. Tokens are then counted from input_ids."""
+        mask = batch.get("attention_mask")
+        if isinstance(mask, torch.Tensor) and mask.device.type == "cpu" and bool(mask.all()):
+            batch = {k: v for k, v in batch.items() if k != "attention_mask"}
         return {k: v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v
                 for k, v in batch.items()}
 

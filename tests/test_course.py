@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
@@ -307,3 +308,16 @@ def test_show_prints_the_source_outside_a_notebook_and_folds_it_under_its_name_i
     folded = SourceCode(pretraining_metrics)._repr_html_()
     assert folded.startswith("<details><summary>bertlib's code: <code>bertlib.pretraining.mlm.pretraining_metrics")
     assert "&gt;" in folded and "-> dict" not in folded  # the code is escaped inside the fold
+
+
+@pytest.mark.slow
+def test_notebook_07_on_its_own_fine_tunes_the_shipped_run_and_prints_no_nan(tmp_path, run_course):
+    result = run_course("--only", "07", notebooks=ROOT / "notebooks", artifacts=tmp_path / "fresh")  # no 06 there
+    assert result.returncode == 0, result.stdout + result.stderr
+    executed = nbformat.read(tmp_path / "fresh" / "smoke" / "executed" / "07_finetuning_toxic_comments.ipynb", 4)
+    streams = {name: "".join(output.get("text", "") for cell in executed.cells for output in cell.get("outputs", [])
+                             if output.get("name") == name) for name in ("stdout", "stderr")}
+    assert "no checkpoint from notebook 06" in streams["stdout"] and "long_cpu_run" in streams["stdout"]
+    assert "course BERT (shipped run):" in streams["stdout"]
+    assert not re.search(r"[+-]nan|\[nan|nan\]|nan mean", streams["stdout"])  # a score, not the word in a signature
+    assert "Mean of empty slice" not in streams["stderr"]

@@ -193,7 +193,7 @@ def test_minutes_that_are_not_a_positive_finite_number_are_a_one_line_error(corp
     with pytest.raises(SystemExit) as refused:
         run(corpus, vocab, tmp_path / "run", "--minutes", minutes)
     message = str(refused.value)
-    assert message.startswith("--minutes must be a finite number") and "\n" not in message
+    assert message.startswith("python -m bertlib.pretrain: --minutes must be a finite number") and "\n" not in message
     assert not (tmp_path / "run").exists()
 
 

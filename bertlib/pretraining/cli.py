@@ -120,17 +120,6 @@ def main(argv: list[str] | None = None) -> int:
         said = apply_recipe(args)
     except ValueError as error:
         raise SystemExit(f"python -m bertlib.pretrain: {error}") from None
-    if args.max_documents is not None and args.max_documents < (2 if args.objective == "mlm+nsp" else 1):
-        raise SystemExit(f"--max-documents must be at least 2 with --objective mlm+nsp (NotNext needs two "
-                         f"documents) and 1 otherwise, got {args.max_documents}")
-    if args.minutes is not None and not (math.isfinite(args.minutes) and args.minutes > 0):
-        raise SystemExit(f"--minutes must be a finite number of minutes > 0, got {args.minutes}")
-    if args.steps is not None and args.steps < 1:
-        raise SystemExit(f"--steps must be at least 1, got {args.steps}")
-    shortest = 5 if args.objective == "mlm+nsp" else 3  # [CLS] A [SEP] B [SEP], or [CLS] window [SEP]
-    if not shortest <= args.seq_len <= 512:
-        raise SystemExit(f"--seq-len must be between {shortest} and 512 (the position table's size) with "
-                         f"--objective {args.objective}, got {args.seq_len}")
     bad = [f"{flag} must be {rule}, got {value}" for flag, value, fine, rule in _checks(args) if not fine]
     if bad:  # before the vocabulary, the data or the model: one line each
         raise SystemExit("python -m bertlib.pretrain: " + "; ".join(bad))
@@ -141,10 +130,17 @@ def main(argv: list[str] | None = None) -> int:
 
 def _checks(args: argparse.Namespace) -> list[tuple[str, object, bool, str]]:
     """(flag, value, whether it can train, the rule) for each number the run would otherwise refuse mid-way."""
-    def finite(x: float) -> bool:
-        return math.isfinite(x)
-
+    finite = math.isfinite
+    nsp = args.objective == "mlm+nsp"
+    shortest = 5 if nsp else 3  # [CLS] A [SEP] B [SEP], or [CLS] window [SEP]
     return [
+        ("--max-documents", args.max_documents, args.max_documents is None or args.max_documents >= (2 if nsp else 1),
+         "at least 2 with --objective mlm+nsp (NotNext needs two documents) and 1 otherwise"),
+        ("--minutes", args.minutes, args.minutes is None or (finite(args.minutes) and args.minutes > 0),
+         "a finite number of minutes > 0"),
+        ("--steps", args.steps, args.steps is None or args.steps >= 1, "at least 1"),
+        ("--seq-len", args.seq_len, shortest <= args.seq_len <= 512,
+         f"between {shortest} and 512 (the position table's size) with --objective {args.objective}"),
         ("--batch-size", args.batch_size, args.batch_size >= 1, "at least 1"),
         ("--lr", args.lr, finite(args.lr) and args.lr > 0, "a finite number > 0"),
         ("--warmup-ratio", args.warmup_ratio, finite(args.warmup_ratio) and 0 <= args.warmup_ratio <= 1,

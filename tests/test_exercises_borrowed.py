@@ -109,6 +109,18 @@ def test_a_helper_a_closure_and_a_default_argument_are_followed():
         assert "bertlib.model.attention.eager_attention" in result.message, solution.__name__
 
 
+def test_a_method_inherited_from_the_learner_s_own_base_class_is_followed():
+    class Base(torch.nn.Module):
+        def attend(self, q, k, v, mask):
+            return eager_attention(q, k, v, mask)[0]
+
+    class Layer(Base):  # no method of its own that reaches bertlib: its base does
+        pass
+
+    reached = checking.borrowed(Layer, ["bertlib.model.attention:eager_attention"])
+    assert any("eager_attention" in hit for hit in reached)
+
+
 def test_a_class_built_on_bertlib_s_layer_is_refused():
     class MyLayer(EncoderLayer):
         pass

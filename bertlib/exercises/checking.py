@@ -320,6 +320,7 @@ def borrowed(solution: Any, implemented_by: Iterable[str]) -> builtins.list[str]
         if inspect.isclass(obj):
             found += [f"{name} is built on {base.__module__}.{base.__qualname__}" for base in obj.__mro__[1:]
                       if base in classes]
+            queue += [(f"{name}'s base {base.__qualname__}", base) for base in obj.__mro__[1:] if _is_learners(base)]
         for function in _functions(obj):
             for reached_name, value in _reached(function):
                 if (hit := verdict(reached_name, value)) is not None:

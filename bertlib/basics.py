@@ -42,7 +42,7 @@ def write_files_atomically(writers: Mapping[Path, Callable[[Path], None]]) -> No
         for path, write in writers.items():
             tmp = temps[Path(path)]
             write(tmp)
-            os.chmod(tmp, 0o666 & ~_umask())
+            os.chmod(tmp, 0o666 & ~_UMASK)
             descriptor = os.open(tmp, os.O_RDONLY)
             try:
                 os.fsync(descriptor)
@@ -101,11 +101,16 @@ def is_disk_full(error: BaseException) -> bool:
             or "No space left on device" in text or "StorageFull" in text)
 
 
-def _umask() -> int:
-    """The process's umask (reading it means setting it, so it is set straight back)."""
+def _read_umask() -> int:
+    """The process's umask (reading it means setting it, so it is set straight back): read once, at import, as
+    setting it from two threads at once could leave the wrong one."""
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+_UMASK = _read_umask()
+
 
 
 def _fsync_folder(folder: Path) -> None:

@@ -174,6 +174,25 @@ def test_ctrl_c_or_sigterm_saves_a_checkpoint_and_the_run_resumes_exactly(tmp_pa
         assert torch.equal(resumed.model.state_dict()[name], tensor), name
 
 
+def test_a_second_ctrl_c_stops_at_once_without_waiting_for_the_step(tmp_path):
+    calls = {"n": 0}
+
+    def twice_interrupting_collate(items):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # the first asks for a stop after this step
+            os.kill(os.getpid(), signal.SIGINT)  # the second is Python's own Ctrl-C again: at once
+        return masking_collate(items)
+
+    trainer = Trainer(pretrainer(), quiet(max_steps=5, batch_size=4, out_dir=tmp_path), pretraining_data(12),
+                      twice_interrupting_collate)
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        trainer.train()
+    assert "interrupted at step" not in str(stopped.value)  # not the Trainer's stop after the step
+    assert trainer.step == 1 and list_checkpoints(tmp_path) == []  # step 2 never finished, nothing was saved
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_a_live_run_s_folder_is_refused(tmp_path):
     holder = os.fork() if hasattr(os, "fork") else None
     if holder == 0:  # the child: hold nothing, just live while the parent looks

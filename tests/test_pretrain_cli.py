@@ -94,6 +94,16 @@ def test_a_resume_on_an_edited_corpus_is_refused_before_training(corpus, vocab, 
     assert list_checkpoints(out)[-1].name == "checkpoint-3.pt"
 
 
+@pytest.mark.parametrize("minutes", [[], ["--minutes", "1"]], ids=["steps", "minutes"])
+def test_an_unreadable_run_json_beside_checkpoints_is_named_before_any_work(corpus, vocab, tmp_path, minutes):
+    out = tmp_path / "run"
+    assert run(corpus, vocab, out) == 0
+    (out / "run.json").write_text("{cut short")
+    with pytest.raises(SystemExit, match="run.json cannot be read .*records the run that"):
+        run(corpus, vocab, out, *minutes, steps=None if minutes else "4")
+    assert list_checkpoints(out)[-1].name == "checkpoint-3.pt"
+
+
 def test_a_diverging_run_fails_and_exports_nothing(corpus, vocab, tmp_path):
     out = tmp_path / "run"
     with pytest.raises(SystemExit, match=r"step \d+: loss is nan"):

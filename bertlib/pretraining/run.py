@@ -102,17 +102,28 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def recorded_run(out: Path) -> dict[str, Any] | None:
+    """out/run.json of the run a checkpoint in `out` belongs to; None where there is nothing to resume (no
+    checkpoint, or no run.json). PretrainError where it cannot be read: it is the record of that run."""
+    path = out / "run.json"
+    if latest_checkpoint(out) is None or not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(record, dict) or not isinstance(record.get("args"), dict):
+            raise ValueError("it holds no args")
+    except (OSError, ValueError) as error:
+        raise PretrainError(f"{path} cannot be read ({error}); it records the run that {out} holds: "
+                            "restore it, or use another --out") from None
+    return record
+
+
 def check_resume(out: Path, args: dict[str, Any]) -> list[str]:
     """Refuse to resume a run whose fixed arguments differ from out/run.json; return notes on allowed changes."""
-    saved_path = out / "run.json"
-    if latest_checkpoint(out) is None or not saved_path.is_file():
+    record = recorded_run(out)
+    if record is None:
         return []
-    try:
-        saved = json.loads(saved_path.read_text(encoding="utf-8"))["args"]
-    except (OSError, ValueError, KeyError) as error:
-        raise PretrainError(f"{saved_path} cannot be read ({error}); it records the run that {out} holds: "
-                            "restore it, or use another --out") from None
-    saved = {**BEFORE_RECIPES, **saved}
+    saved = {**BEFORE_RECIPES, **record["args"]}
     unused = ("vocab_size", "vocab_score") if args.get("vocab") else ()  # a given --vocab is not trained here
     changed = [f"{_flag(k)} was {saved.get(k)!r}, now {args[k]!r}" for k in FIXED_PRETRAIN_ARGS
                if k not in unused and saved.get(k) != args[k]]
@@ -128,27 +139,17 @@ def check_resume(out: Path, args: dict[str, Any]) -> list[str]:
 def check_same_corpus(out: Path, corpus: str, corpus_sha256: str) -> None:
     """Refuse to resume a run whose corpus changed since out/run.json recorded it (a run.json older than the
     record is not checked): the windows, and what each step trains on, would silently differ."""
-    saved_path = out / "run.json"
-    if latest_checkpoint(out) is None or not saved_path.is_file():
-        return
-    try:
-        saved = json.loads(saved_path.read_text(encoding="utf-8")).get("corpus_sha256", corpus_sha256)
-    except (OSError, ValueError):  # check_resume names a run.json it cannot read
-        return
-    if saved != corpus_sha256:
+    record = recorded_run(out)
+    if record is not None and record.get("corpus_sha256", corpus_sha256) != corpus_sha256:
         raise PretrainError(f"{corpus} is not the text {out} was trained on (its hash differs from the one "
-                            f"{shown_path(saved_path)} records): restore that corpus to resume, or use another --out")
+                            f"{shown_path(out / 'run.json')} records): restore that corpus to resume, or use "
+                            "another --out")
 
 
 def recorded_steps(out: Path) -> int | None:
     """The step count out/run.json records for the run a checkpoint in `out` belongs to (None: nothing to resume)."""
-    path = out / "run.json"
-    if latest_checkpoint(out) is None or not path.is_file():
-        return None
-    try:
-        steps = json.loads(path.read_text(encoding="utf-8"))["args"]["steps"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # check_resume says what is wrong with it
+    record = recorded_run(out)
+    steps = record["args"].get("steps") if record is not None else None
     return steps if isinstance(steps, int) and steps >= 1 else None
 
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from importlib import import_module
 from pathlib import Path
 
+_CHECKOUT = Path(__file__).resolve().parent.parent  # the course's folder in a checkout (site-packages when installed)
 IGNORE_INDEX = -100  # label of a position that is not predicted (PyTorch's cross-entropy default)
 
 
@@ -64,7 +65,7 @@ class DiskFullError(OSError):
 def shown_path(path: str | Path) -> str:
     """A path as shown in reports and errors: relative to the course checkout when inside it, else under the
     home folder as ~/... (so outputs do not carry the user's name), else as it is."""
-    for root, prefix in ((Path(__file__).resolve().parent.parent, ""), (Path.home(), "~/")):
+    for root, prefix in ((_CHECKOUT, ""), (Path.home(), "~/")):
         for candidate in (Path(os.path.abspath(path)), Path(path).resolve()):  # a cache's symbolic link kept first
             if candidate.is_relative_to(root):
                 return prefix + candidate.relative_to(root).as_posix()
@@ -110,7 +111,6 @@ def _read_umask() -> int:
 
 
 _UMASK = _read_umask()
-
 
 
 def _fsync_folder(folder: Path) -> None:

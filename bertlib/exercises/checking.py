@@ -431,25 +431,19 @@ def check(exercise_id: str, solution: Any, *, strict: bool = False, seed: int = 
         close = difflib.get_close_matches(str(exercise_id), _load_all(), n=1)
         result = Result(str(exercise_id), False, f"✗ {error.args[0]}" + (f"\n  did you mean {close[0]!r}?"
                                                                           if close else ""), "no such exercise")
-        if strict:
-            raise AssertionError(result.message) from None
-        return result
+        return _verdict(result, strict)
     if is_starter(solution):
         result = Result(exercise_id, False, f"… {exercise_id} not attempted yet: replace `raise NotImplementedError` "
                                             "(or `...`) with your code, then run this cell again.",
                         "not attempted yet")
-        if strict:
-            raise AssertionError(result.message)
-        return result
+        return _verdict(result, strict)
     try:
         reached = borrowed(solution, ex.implemented_by)
     except Exception:  # code too unusual to inspect never breaks the notebook: the tripwires below still catch a call
         reached = []
     if reached:
         result = _borrowed_result(exercise_id, reached)
-        if strict:
-            raise AssertionError(result.message)
-        return result
+        return _verdict(result, strict)
     rng = np.random.default_rng(seed)
     torch_state = torch.random.get_rng_state()
     try:
@@ -474,8 +468,13 @@ def check(exercise_id: str, solution: Any, *, strict: bool = False, seed: int = 
                                             f"  {_where(error)}", f"your code raises {name}")
     finally:
         torch.random.set_rng_state(torch_state)  # a check leaves the notebook's random stream as it was
+    return _verdict(result, strict)
+
+
+def _verdict(result: Result, strict: bool) -> Result:
+    """`result`, or with strict an AssertionError carrying its message where it failed."""
     if strict and not result.passed:
-        raise AssertionError(result.message)
+        raise AssertionError(result.message) from None
     return result
 
 

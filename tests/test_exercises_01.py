@@ -165,6 +165,8 @@ HTML_MISTAKES = {
     "lower-case-tags-only": (lambda t: strip_html(t, tag=re.compile(r"</?[a-z][^<>]*>")), "case-insensitive"),
     "content-removed": (strip_content_too, "keep the text between tags"),
     "once": (lambda t: strip_html(t, repeat=False), "escaped twice"),
+    "known-names-only": (lambda t: strip_html(t, tag=re.compile(r"</?(?:br|p|div|span|b|i|a)\b[^<>]*>", re.I)),
+                         "not only the names you listed"),
     "unescape-then-strip-once": (lambda t: TAG.sub(" ", html.unescape(t)), "escaped twice"),
 }
 

@@ -50,3 +50,24 @@ def test_outputs_show_no_path_of_the_machine_that_ran_them(path):
             found += [(index, match) for match in ABSOLUTE_PATH.findall(text)]
     assert not found, (f"{path.name} prints absolute paths (cell, path): {found[:5]}: print them with "
                        "bertlib.data.shown_path, then rerun the notebook")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: f"{path.parent.name}/{path.name}")
+def test_a_titled_cell_is_folded_in_colab_and_jupyter_and_only_it(path):
+    for index, cell in enumerate(nbformat.read(path, as_version=4).cells):
+        if cell.cell_type == "code":
+            titled = cell.source.startswith("# @title ")
+            folded = cell.metadata.get("cellView") == "form" and cell.metadata.get("jupyter", {}).get("source_hidden")
+            assert titled == bool(folded), (f"{path.name} cell {index}: a '# @title' first line and the folded "
+                                            "metadata go together")
+
+
+def test_the_site_folds_every_folded_cell(tmp_path):
+    from bertlib.course import site
+
+    course_notebook = next(path for path in NOTEBOOKS if path.name.startswith("05_"))
+    site.stage(tmp_path, [course_notebook])
+    staged = nbformat.read(tmp_path / "notebooks" / course_notebook.name, as_version=4)
+    titled = [cell for cell in staged.cells if cell.cell_type == "code" and cell.source.startswith("# @title ")]
+    assert len(titled) >= 4 and all("hide-input" in cell.metadata.get("tags", []) for cell in titled)
+    assert not any("hide-input" in cell.metadata.get("tags", []) for cell in staged.cells if cell not in titled)

@@ -335,6 +335,20 @@ def test_frequency_score_keeps_common_words_whole_where_likelihood_splits_them()
         WordPieceTrainer({"a": 1}, score="count")
 
 
+
+def merged_split(split: list[str], left: str, right: str) -> list[str]:
+    """Every adjacent (left, right) of one word's split, left to right, merged into left + right[2:]."""
+    merged, i = [], 0
+    while i < len(split):
+        if split[i:i + 2] == [left, right]:
+            merged.append(left + right[2:])
+            i += 2
+        else:
+            merged.append(split[i])
+            i += 1
+    return merged
+
+
 def literal_training(counts: dict[str, int], vocab_size: int, min_frequency: int = 1,
                      score: str = "likelihood") -> list[str]:
     """The algorithm as described, recounting everything before each merge (slow, obviously right)."""
@@ -354,15 +368,7 @@ def literal_training(counts: dict[str, int], vocab_size: int, min_frequency: int
             break
         *_, left, right = min(candidates)
         for word, split in splits.items():
-            merged, i = [], 0
-            while i < len(split):
-                if split[i:i + 2] == [left, right]:
-                    merged.append(left + right[2:])
-                    i += 2
-                else:
-                    merged.append(split[i])
-                    i += 1
-            splits[word] = merged
+            splits[word] = merged_split(split, left, right)
         if left + right[2:] not in vocab:
             vocab.append(left + right[2:])
     return vocab

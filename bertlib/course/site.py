@@ -115,7 +115,8 @@ def badge_svg(left: str, right: str, colour: str) -> str:
 
 def stage(source: Path, notebooks: list[Path], repository: str = REPOSITORY) -> None:
     """Write the Sphinx project into `source`: conf.py, index.md, the badges and a copy of each notebook, whose
-    badge images point at the local copies (links unchanged) and whose setup cell is folded."""
+    badge images point at the local copies (links unchanged) and whose folded cells (the setup cell, the course's
+    code after an exercise) stay folded."""
     import nbformat
 
     (source / "_static").mkdir(parents=True)
@@ -132,9 +133,9 @@ def stage(source: Path, notebooks: list[Path], repository: str = REPOSITORY) -> 
         if badges is None or badges.cell_type != "markdown" or not badges.source.startswith(BADGE_MARK):
             raise SiteError(f"{path}: its first cell is not the launch badges; run python -m "
                             "bertlib.course.setup_cell --write-notebooks")
-        setup = next((cell for cell in notebook.cells if cell.cell_type == "code"), None)
-        if setup is not None:  # folded on the site, as in Jupyter and Colab
-            setup.metadata.setdefault("tags", []).append("hide-input")
+        for cell in notebook.cells:  # the setup cell and the course's folded code: folded on the site too
+            if cell.cell_type == "code" and cell.metadata.get("jupyter", {}).get("source_hidden"):
+                cell.metadata.setdefault("tags", []).append("hide-input")
         up = "../" * (len(relative.parts) - 1)
         for url, (file, *_) in BADGE_IMAGES.items():
             badges.source = badges.source.replace(f"]({url})", f"]({up}_static/{file})")

@@ -232,6 +232,9 @@ def _html_mistakes(text: str) -> Mistakes:
          "at its own '>' ([^<>]* or .*?)", lambda: _html(text, tag=re.compile(r"<.*>"))),
         ("tag names are case-insensitive: <B> and <BR> are tags too", lambda: _html(text, tag=re.compile(
             r"</?[a-z][^<>]*>"))),
+        ("a tag is any name after '<' or '</', not only the names you listed: <center>, <hr>, <s> and <img> are "
+         "tags too", lambda: _html(text, tag=re.compile(r"</?(br|p|div|span|b|i|u|a|em|strong)\b[^<>]*>",
+                                                         re.IGNORECASE))),
         ("keep the text between tags: only the tags go (<b>bold</b> -> bold)",
          lambda: _html(text, tag=re.compile(r"<([a-z]+)[^<>]*>.*?</\1\s*>|</?[a-z][^<>]*>", re.IGNORECASE))),
         ("comments are often escaped twice (&amp;amp; or &amp;lt;br&amp;gt;): repeat until the text stops "
@@ -267,6 +270,8 @@ def check_strip_html(solution, rng: np.random.Generator) -> None:
                                                    "caf&eacute; &#233;t&#xE9;"),
         ("upper-case tags and a link with its text", '<B>Loud</B> <I>quiet</I> a <a href="http://x.org">the text</a>'),
         ("escaped twice", "x &amp;lt;br&amp;gt; y &amp;amp; z"),
+        ("any tag, not only the common ones", '<center>Title</center><hr/>x <s>old</s> <tt>mono</tt> <img '
+                                              'src="a.png"> <DL><dt>term</dt></DL> end'),
         ("no HTML at all", "Plain text, 5 > 3 & that's fine. Ñandú 日本語"),
         ("an empty text", ""),
     ]

@@ -1,0 +1,273 @@
+"""Write before you read: nothing in the cells above an exercise's starter passes that exercise's check.
+
+A learner who copies learns nothing, so for every exercise of every course notebook two kinds of copy are tried:
+
+- every function and class the code cells above the starter define at top level (run with those cells'
+  imports and plain constants), wherever it takes the exercise's arguments;
+- the walk-through's own lines for the piece, wrapped by hand in the exercise's signature (COPIES). Each names a
+  line it copies: where that line is above the starter the copy must fail its check, and the line must still be
+  somewhere in the notebook, so a rewritten walk-through cannot leave its copy stale.
+
+Copies that still pass are marked in STILL_COPYABLE (xfail, strict: fixing one makes its mark fail).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import inspect
+import io
+import math
+import re
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+import torch.nn.functional as F
+from test_wordpiece import merged_split  # 02's literal merge, as its walk-through writes it
+
+from bertlib import course, exercises
+from bertlib.course.setup_cell import SETUP_MARK
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("0*.ipynb"))
+CHECK = re.compile(r'exercises\.check\("([0-9]{2}\.\w+)", (\w+)\)')
+SAFE_CALLS = {"re.compile", "sorted", "set", "tuple", "frozenset", "list", "dict", "range", "len", "join"}
+
+
+def _cells(path: Path) -> list[str]:
+    return [cell.source for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "code"]
+
+
+def _starters() -> dict[str, tuple[Path, int, str]]:
+    """Exercise id -> (notebook, index among its code cells of the cell defining the solution, its name)."""
+    found = {}
+    for path in NOTEBOOKS:
+        cells = _cells(path)
+        for index, source in enumerate(cells):
+            for exercise_id, name in CHECK.findall(source):
+                defined = [i for i, cell in enumerate(cells[:index])
+                           if re.search(rf"^(def|class) {name}\b", cell, re.MULTILINE)]
+                found[exercise_id] = (path, defined[-1], name)
+    return found
+
+
+STARTERS = _starters()
+
+
+def _called_names(node: ast.AST) -> set[str]:
+    names = set()
+    for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
+        function = call.func
+        names.add(ast.unparse(function) if isinstance(function, ast.Name) or
+                  (isinstance(function, ast.Attribute) and isinstance(function.value, ast.Name)
+                   and function.value.id == "re") else getattr(function, "attr", ""))
+    return names
+
+
+def _definitions_above(exercise_id: str) -> tuple[dict, str]:
+    """The namespace of the top-level imports, definitions and plain constants above the starter, and their source."""
+    path, starter, _ = STARTERS[exercise_id]
+    namespace: dict = {"course": course, "__name__": "copied"}
+    above = [source for source in _cells(path)[:starter] if not source.startswith(SETUP_MARK)]
+    for source in above:
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:  # a cell of IPython magics
+            continue
+        for statement in tree.body:
+            keep = isinstance(statement, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)) or (
+                isinstance(statement, ast.Assign) and _called_names(statement.value) <= SAFE_CALLS)
+            if keep:
+                with contextlib.suppress(Exception):
+                    exec(compile(ast.Module([statement], []), str(path), "exec"), namespace)
+    return namespace, "\n".join(above)
+
+
+def _arguments(exercise_id: str) -> int:
+    path, starter, name = STARTERS[exercise_id]
+    definition = next(node for node in ast.parse(_cells(path)[starter]).body
+                      if getattr(node, "name", None) == name)
+    if isinstance(definition, ast.ClassDef):
+        return -1
+    return len(definition.args.args) - len(definition.args.defaults)
+
+
+def _fits(candidate: object, arguments: int) -> bool:
+    if arguments < 0:
+        return inspect.isclass(candidate)
+    if not inspect.isfunction(candidate):
+        return False
+    try:
+        inspect.signature(candidate).bind(*range(arguments))
+    except TypeError:
+        return False
+    return True
+
+
+def _verdict(exercise_id: str, candidate: Callable) -> exercises.Result:
+    with contextlib.redirect_stdout(io.StringIO()):
+        return exercises.check(exercise_id, candidate)
+
+
+# --- the walk-through's lines in the exercise's signature, each with the line it copies ---------------------
+
+def _strip_html(namespace: dict) -> Callable:
+    pattern, strip = namespace["TAG"], namespace["strip_html"]
+    return lambda text: strip(pattern.sub(" ", text))
+
+
+def _pair_counts(splits: dict, word_counts: dict) -> tuple[Counter, Counter]:
+    token_count, pair_count = Counter(), Counter()
+    for word, split in splits.items():
+        for token in split:
+            token_count[token] += word_counts[word]
+        for pair in zip(split, split[1:], strict=False):
+            pair_count[pair] += word_counts[word]
+    return token_count, pair_count
+
+
+def _merged(splits: dict, left: str, right: str) -> dict:
+    return {word: merged_split(split, left, right) for word, split in splits.items()}
+
+
+def _pair_scores(namespace: dict) -> Callable:
+    def pair_scores(splits, word_counts):
+        token_count, pair_count = _pair_counts(splits, word_counts)
+        return {p: pair_count[p] / (token_count[p[0]] * token_count[p[1]]) for p in pair_count}
+    return pair_scores
+
+
+def _merge_step(namespace: dict) -> Callable:
+    def merge_step(splits, word_counts):
+        token_count, pair_count = _pair_counts(splits, word_counts)
+        left, right = min(pair_count, key=lambda p: (
+            -pair_count[p] / (token_count[p[0]] * token_count[p[1]]), -pair_count[p], p))
+        return (left, right), _merged(splits, left, right)
+    return merge_step
+
+
+def _embed(namespace: dict) -> Callable:
+    def embed(embeddings, input_ids, token_type_ids):
+        token_part = embeddings.token(input_ids)
+        segment_part = embeddings.segment(token_type_ids)
+        position_part = embeddings.position(torch.arange(input_ids.shape[1]))
+        return embeddings.norm(token_part + segment_part + position_part)
+    return embed
+
+
+def _attention(q, k, v, key_padding_mask):
+    scaled = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # steps 1 and 2 of 04's section 1
+    keep = key_padding_mask | ~key_padding_mask.any(dim=-1, keepdim=True)  # 04's filler rows
+    masked = scaled.masked_fill(~keep[:, None, None, :], float("-inf"))  # step 3
+    return masked.softmax(dim=-1) @ v  # steps 4 and 5
+
+
+def _multi_head(namespace: dict) -> Callable:
+    def multi_head_attention(layer, x, key_padding_mask):
+        batch_size, seq_len, hidden_size = x.shape
+        heads, d = layer.num_heads, layer.head_dim
+        qkv = layer.qkv(x).view(batch_size, seq_len, 3, heads, d)
+        query, key, value = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        context = _attention(query, key, value, key_padding_mask)
+        return layer.out(context.transpose(1, 2).reshape(batch_size, seq_len, hidden_size))
+    return multi_head_attention
+
+
+def _layer_norm(namespace: dict) -> Callable:
+    def layer_norm(x, weight, bias, eps):
+        mean = x.mean(-1, keepdim=True)
+        variance = x.var(-1, unbiased=False, keepdim=True)
+        return weight * (x - mean) / torch.sqrt(variance + eps) + bias
+    return layer_norm
+
+
+def _parameter_count(namespace: dict) -> Callable:
+    def parameter_count(config):
+        V, P, T = config.vocab_size, config.max_position_embeddings, config.type_vocab_size
+        H, L = config.hidden_size, config.num_layers
+        embeddings_count = (V + P + T) * H + 2 * H
+        attention_count = 4 * (H * H + H)
+        feed_forward_count = (H * 4 * H + 4 * H) + (4 * H * H + H)
+        layer_count = attention_count + feed_forward_count + 2 * (2 * H)
+        return embeddings_count + L * layer_count + H * H + H
+    return parameter_count
+
+
+def _feed_forward(namespace: dict) -> Callable:
+    return lambda x, w1, b1, w2, b2: F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2)
+
+
+COPIES: dict[str, list[tuple[str, Callable[[dict], Callable]]]] = {
+    "01.strip_html": [('TAG = re.compile(rf"</?({names})', _strip_html)],
+    "02.pair_scores": [("-pair_count[p] / (token_count[p[0]] * token_count[p[1]])", _pair_scores)],
+    "02.merge_pair": [("merged.append(left + right[2:])",
+                       lambda namespace: lambda splits, pair: _merged(splits, *pair))],
+    "02.merge_step": [("left, right = min(pair_count, key=lambda p: (", _merge_step)],
+    "03.embed": [("summed = token_part + segment_part + position_part", _embed)],
+    "04.softmax": [("weights = masked.softmax(dim=-1)", lambda namespace: lambda scores: scores.softmax(dim=-1))],
+    "04.attention": [('masked = scaled.masked_fill(~keep_keys, float("-inf"))', lambda namespace: _attention)],
+    "04.multi_head_attention": [("qkv = qkv.view(batch_size, seq_len, 3, heads, d)", _multi_head)],
+    "05.gelu": [("gelu_by_hand = xs / 2 * (1 + torch.erf(xs / math.sqrt(2)))",
+                 lambda namespace: lambda x: x / 2 * (1 + torch.erf(x / math.sqrt(2))))],
+    "05.feed_forward": [("activated = F.gelu(widened)", _feed_forward)],
+    "05.layer_norm": [("by_hand = norm.weight * (x - mean) / torch.sqrt(variance + norm.eps) + norm.bias",
+                       _layer_norm)],
+    "05.parameter_count": [("embeddings_count = (V + P + T) * H + 2 * H", _parameter_count)],
+    "06.pretraining_loss": [('mlm_loss = F.cross_entropy(mlm_logits.reshape(-1, config.vocab_size)',
+                             lambda namespace: lambda mlm_logits, nsp_logits, mlm_labels, nsp_labels:
+                             F.cross_entropy(mlm_logits.reshape(-1, mlm_logits.shape[-1]), mlm_labels.reshape(-1),
+                                             ignore_index=-100) + F.cross_entropy(nsp_logits, nsp_labels))],
+    "07.weighted_bce": [("by_torch = F.binary_cross_entropy_with_logits(logits, y, pos_weight=pos_weight)",
+                         lambda namespace: lambda logits, y, pos_weight: F.binary_cross_entropy_with_logits(
+                             logits, y, pos_weight=pos_weight)),
+                        ("by_formula = -(pos_weight * y * torch.log(p) + (1 - y) * torch.log(1 - p)).mean()",
+                         lambda namespace: lambda logits, y, pos_weight: -(
+                             pos_weight * y * torch.log(torch.sigmoid(logits))
+                             + (1 - y) * torch.log(1 - torch.sigmoid(logits))).mean())],
+}
+STILL_COPYABLE = {  # exercise id -> what still gives it away above its starter (issue 29 §1)
+    "02.split_words": "02's basic tokenizer (section 1) is split_words under another name",
+    "02.pair_scores": "02's literal training loop (section 2) counts and scores the pairs",
+    "02.merge_pair": "02's literal training loop (section 2) merges the pair",
+    "02.merge_step": "02's literal training loop (section 2) is a merge step in a loop",
+    "06.pretraining_loss": "06's section on the loss computes both cross-entropies",
+    "07.weighted_bce": "07's loss cell calls torch's own loss, which the check accepts",
+}
+
+
+def _marked(exercise_id: str) -> object:
+    if exercise_id in STILL_COPYABLE:
+        return pytest.param(exercise_id, marks=pytest.mark.xfail(reason=STILL_COPYABLE[exercise_id], strict=True))
+    return exercise_id
+
+
+def test_every_exercise_of_the_course_notebooks_has_a_starter_found():
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert sorted(STARTERS) == sorted(exercise.id for exercise in exercises.list())
+    assert set(COPIES) <= set(STARTERS)
+
+
+def test_the_readme_counts_the_exercises_still_copyable():
+    words = {4: "Four", 5: "Five", 6: "Six", 7: "Seven", 8: "Eight"}
+    assert f"{words[len(STILL_COPYABLE)]} still do" in (ROOT / "README.md").read_text()
+
+
+@pytest.mark.parametrize("exercise_id", [_marked(exercise_id) for exercise_id in sorted(STARTERS)])
+def test_nothing_above_the_starter_passes_the_check(exercise_id):
+    namespace, above = _definitions_above(exercise_id)
+    notebook = "\n".join(_cells(STARTERS[exercise_id][0]))
+    arguments = _arguments(exercise_id)
+    passing = []
+    for name, candidate in list(namespace.items()):
+        defined_above = getattr(candidate, "__module__", None) == "copied"
+        if defined_above and _fits(candidate, arguments) and _verdict(exercise_id, candidate).passed:
+            passing.append(f"{name}, defined above the starter")
+    for line, make in COPIES.get(exercise_id, []):
+        assert line in notebook, f"the walk-through no longer has {line!r}: update COPIES"
+        if line in above and _verdict(exercise_id, make(namespace)).passed:
+            passing.append(f"the walk-through's {line!r}, wrapped in the exercise's signature")
+    assert not passing, f"{exercise_id} passes with code copied from above its starter: {passing}"

@@ -27,7 +27,7 @@ def softmax_logsumexp(scores):
 
 
 def softmax_float64(scores):
-    return scores.double().softmax(-1).to(scores.dtype)  # computed in float64, returned in the input's dtype
+    return softmax(scores.double()).to(scores.dtype)  # computed in float64, returned in the input's dtype
 
 
 def softmax_naive(scores):
@@ -41,7 +41,8 @@ def softmax_query_axis(scores):
 
 
 def softmax_first_axis(scores):
-    return scores.softmax(0)
+    e = (scores - scores.amax(0, keepdim=True)).exp()
+    return e / e.sum(0, keepdim=True)
 
 
 def softmax_no_keepdim(scores):
@@ -67,8 +68,8 @@ def softmax_unnormalised(scores):
     return (scores - scores.amax(-1, keepdim=True)).exp()
 
 
-@pytest.mark.parametrize("solution", [softmax, softmax_logsumexp, softmax_float64, lambda s: torch.softmax(s, -1)],
-                         ids=["max-subtracted", "logsumexp", "float64", "torch.softmax"])
+@pytest.mark.parametrize("solution", [softmax, softmax_logsumexp, softmax_float64],
+                         ids=["max-subtracted", "logsumexp", "float64"])
 def test_softmax_right_answers_pass(solution):
     for seed in range(3):
         exercises.check("04.softmax", solution, strict=True, seed=seed)
@@ -87,7 +88,7 @@ SOFTMAX_MISTAKES = {
 
 
 def test_a_softmax_that_returns_float64_or_overwrites_its_input_is_refused():
-    result = exercises.check("04.softmax", lambda scores: scores.double().softmax(-1))
+    result = exercises.check("04.softmax", lambda scores: softmax(scores.double()))
     assert not result.passed and "expected dtype torch.float32 (the input's), got dtype torch.float64" in result.message
 
     def in_place(scores):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from bertlib import BertConfig, exercises
 from bertlib.exercises import checking, references
@@ -55,10 +56,11 @@ def test_a_solution_that_calls_bertlib_s_version_is_refused_before_it_runs(exerc
         ran.append(True)
         return borrowed(*args, **kwargs)
 
+    owner = target.split(".")[0].split(":")[0]  # bertlib, or torch where the exercise is to write torch's piece
     result = exercises.check(exercise_id, solution)
-    assert not result.passed and result.reason == "your code calls bertlib's version" and not ran
+    assert not result.passed and result.reason == f"your code calls {owner}'s version" and not ran
     assert target.replace(":", ".") in result.message and "Write it yourself" in result.message
-    with pytest.raises(AssertionError, match="bertlib's own version"):
+    with pytest.raises(AssertionError, match=f"{owner}'s own version"):
         exercises.check(exercise_id, solution, strict=True)
 
 
@@ -174,6 +176,26 @@ def test_bertlib_s_reference_answers_are_refused_too_called_or_given():
 def test_bertlib_s_own_function_given_as_the_solution_is_refused():
     result = exercises.check("03.sinusoidal", sinusoidal_table)
     assert "your solution (bertlib.model.embeddings.sinusoidal_table)" in result.message
+
+
+def test_torch_s_own_softmax_and_weighted_loss_are_refused_where_the_exercise_is_to_write_them():
+    for solution in (lambda scores: scores.softmax(dim=-1), lambda scores: torch.softmax(scores, -1),
+                     lambda scores: F.softmax(scores, dim=-1), lambda scores: torch.nn.Softmax(dim=-1)(scores)):
+        result = exercises.check("04.softmax", solution)
+        assert result.reason == "your code calls torch's version" and "testing torch" in result.message
+    for solution in (lambda z, y, w: F.binary_cross_entropy_with_logits(z, y, pos_weight=w),
+                     lambda z, y, w: torch.nn.BCEWithLogitsLoss(pos_weight=w)(z, y)):
+        assert exercises.check("07.weighted_bce", solution).reason == "your code calls torch's version"
+    assert torch.ones(2).softmax(dim=0).tolist() == [0.5, 0.5]  # torch's own method is itself again after a check
+
+
+def test_attention_may_still_call_torch_s_softmax():
+    def attention(q, k, v, key_padding_mask):
+        scores = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~key_padding_mask[:, None, None, :],
+                                                                             float("-inf"))
+        return scores.softmax(dim=-1).nan_to_num(0.0) @ v
+
+    assert exercises.check("04.attention", attention).reason != "your code calls torch's version"
 
 
 def test_an_unrelated_bertlib_helper_is_allowed():

@@ -46,8 +46,9 @@ class Fail(Exception):  # noqa: N818 (a verdict, not an error of the library)
 class Exercise:
     """One exercise: its id ("03.sinusoidal"), title, the signature the learner writes, and its checker.
 
-    `implemented_by` names bertlib's own versions of the same piece ("bertlib.model.attention:eager_attention");
-    a solution that reaches one of them is refused, since its check would test bertlib, not the learner.
+    `implemented_by` names bertlib's own versions of the same piece ("bertlib.model.attention:eager_attention"),
+    or torch's where the exercise is to write what torch has ("torch:softmax"); a solution that reaches one of them
+    is refused, since its check would test that library, not the learner.
     """
 
     id: str
@@ -93,7 +94,8 @@ def exercise(exercise_id: str, title: str, signature: str,
              implemented_by: tuple[str, ...] = ()) -> Callable[[Checker], Checker]:
     """Decorator that registers `checker(solution, rng)` as the checker of `exercise_id`.
 
-    `implemented_by`: bertlib's versions of the same piece as "module:name" ("bertlib.text.cleaning:strip_html").
+    `implemented_by`: bertlib's versions of the same piece as "module:name" ("bertlib.text.cleaning:strip_html"),
+    or torch's where the exercise is to write it ("torch:softmax").
     A class stands for itself, its instances and its methods; "module:Class.forward" for that method only, so
     that a learner may keep weights in bertlib's layer, but not run it.
     """
@@ -479,9 +481,11 @@ def _verdict(result: Result, strict: bool) -> Result:
 
 
 def _borrowed_result(exercise_id: str, reached: Iterable[str]) -> Result:
-    return Result(exercise_id, False, f"✗ {exercise_id}: your code calls bertlib's own version of this piece: "
+    reached = builtins.list(reached)
+    owner = "bertlib" if any("bertlib" in hit for hit in reached) else "torch"  # whose version the code runs
+    return Result(exercise_id, False, f"✗ {exercise_id}: your code calls {owner}'s own version of this piece: "
                                       f"{'; '.join(reached)}. Write it yourself: the check would only be testing "
-                                      "bertlib.", "your code calls bertlib's version")
+                                      f"{owner}.", f"your code calls {owner}'s version")
 
 
 def use(exercise_id: str, solution: Any, *, quiet: bool = False) -> Any:

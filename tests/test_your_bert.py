@@ -289,7 +289,7 @@ def test_keep_refuses_a_failing_piece_and_one_that_reads_a_notebook_variable(tmp
     table = torch.ones(3)
 
     def reads_a_tensor(x):
-        return F.gelu(x) + 0 * table.sum()
+        return x / 2 * (1 + torch.erf(x / 2**0.5)) + 0 * table.sum()
 
     exercises.keep("05.gelu", reads_a_tensor, tmp_path)
     out = capsys.readouterr().out

@@ -47,8 +47,8 @@ class Exercise:
     """One exercise: its id ("03.sinusoidal"), title, the signature the learner writes, and its checker.
 
     `implemented_by` names bertlib's own versions of the same piece ("bertlib.model.attention:eager_attention"),
-    or torch's where the exercise is to write what torch has ("torch:softmax"); a solution that reaches one of them
-    is refused, since its check would test that library, not the learner.
+    or torch's or scikit-learn's where the exercise is to write what they have ("torch:softmax"); a solution that
+    reaches one of them is refused, since its check would test that library, not the learner.
     """
 
     id: str
@@ -95,7 +95,7 @@ def exercise(exercise_id: str, title: str, signature: str,
     """Decorator that registers `checker(solution, rng)` as the checker of `exercise_id`.
 
     `implemented_by`: bertlib's versions of the same piece as "module:name" ("bertlib.text.cleaning:strip_html"),
-    or torch's where the exercise is to write it ("torch:softmax").
+    or torch's or scikit-learn's where the exercise is to write it ("torch:softmax").
     A class stands for itself, its instances and its methods; "module:Class.forward" for that method only, so
     that a learner may keep weights in bertlib's layer, but not run it.
     """
@@ -482,7 +482,8 @@ def _verdict(result: Result, strict: bool) -> Result:
 
 def _borrowed_result(exercise_id: str, reached: Iterable[str]) -> Result:
     reached = builtins.list(reached)
-    owner = "bertlib" if any("bertlib" in hit for hit in reached) else "torch"  # whose version the code runs
+    owners = [name for name in ("bertlib", "sklearn", "torch") if any(name in hit for hit in reached)]
+    owner = {"sklearn": "scikit-learn"}.get(owners[0], owners[0]) if owners else "bertlib"  # whose version runs
     return Result(exercise_id, False, f"✗ {exercise_id}: your code calls {owner}'s own version of this piece: "
                                       f"{'; '.join(reached)}. Write it yourself: the check would only be testing "
                                       f"{owner}.", f"your code calls {owner}'s version")

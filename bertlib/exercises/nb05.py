@@ -86,7 +86,8 @@ def _check_gelu_case(case: str, solution, x: torch.Tensor) -> None:
                  hint=diagnose(got, _gelu_mistakes(x), expected=expected) or GELU_HINT)
 
 
-@exercise("05.gelu", "GELU, the exact (erf) form", "f(x: Tensor) -> Tensor of x's shape: x · Φ(x)")
+@exercise("05.gelu", "GELU, the exact (erf) form", "f(x: Tensor) -> Tensor of x's shape: x · Φ(x)",
+          implemented_by=("torch.nn.functional:gelu", "torch.nn.modules.activation:GELU"))
 def check_gelu(solution, rng: np.random.Generator) -> None:
     """A grid through the region where tanh-GELU is furthest off, random values, large magnitudes."""
     _check_gelu_case("x = 241 points from -6 to 6 (the tanh approximation is off by 5e-4 near |x| = 2.7)", solution,
@@ -222,7 +223,9 @@ def _check_layer_norm_case(case: str, solution, x: torch.Tensor, weight: torch.T
 
 
 @exercise("05.layer_norm", "LayerNorm over the last dimension",
-          "f(x: Tensor (..., H), weight: Tensor (H,), bias: Tensor (H,), eps: float) -> Tensor (..., H)")
+          "f(x: Tensor (..., H), weight: Tensor (H,), bias: Tensor (H,), eps: float) -> Tensor (..., H)",
+          implemented_by=("torch.nn.functional:layer_norm", "torch:layer_norm",
+                          "torch.nn.modules.normalization:LayerNorm"))
 def check_layer_norm(solution, rng: np.random.Generator) -> None:
     """Against F.layer_norm: small H (unbiased shows), a small spread (eps shows), a large eps, constant rows."""
     def affine(hidden: int) -> tuple[torch.Tensor, torch.Tensor]:

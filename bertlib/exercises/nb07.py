@@ -220,7 +220,7 @@ def _as_float(case: str, got: Any, hint: str = "") -> float:
 
 @exercise("07.roc_auc", "ROC-AUC by counting pairs (ties count 1/2)",
           "f(labels: np.ndarray (n,) 0/1, scores: np.ndarray (n,)) -> float; nan when labels hold one class only",
-          implemented_by=("bertlib.finetuning.metrics:evaluate",))
+          implemented_by=("bertlib.finetuning.metrics:evaluate", "sklearn.metrics:roc_auc_score"))
 def check_roc_auc(solution, rng: np.random.Generator) -> None:
     """Against sklearn.metrics.roc_auc_score: continuous, tied and binary scores, extremes, one class."""
     n = 120

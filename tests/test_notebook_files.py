@@ -57,8 +57,8 @@ def test_a_titled_cell_is_folded_in_colab_and_jupyter_and_only_it(path):
     for index, cell in enumerate(nbformat.read(path, as_version=4).cells):
         if cell.cell_type == "code":
             titled = cell.source.startswith("# @title ")
-            folded = cell.metadata.get("cellView") == "form" and cell.metadata.get("jupyter", {}).get("source_hidden")
-            assert titled == bool(folded), (f"{path.name} cell {index}: a '# @title' first line and the folded "
+            folded = all(cell.metadata.get(key) == value for key, value in setup_cell.FOLDED.items())
+            assert titled == folded, (f"{path.name} cell {index}: a '# @title' first line and the folded "
                                             "metadata go together")
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import inspect
 import io
 import math
@@ -36,8 +37,9 @@ CHECK = re.compile(r'exercises\.check\("([0-9]{2}\.\w+)", (\w+)\)')
 SAFE_CALLS = {"re.compile", "sorted", "set", "tuple", "frozenset", "list", "dict", "range", "len", "str.join"}
 
 
-def _cells(path: Path) -> list[str]:
-    return [cell.source for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "code"]
+@functools.cache  # every test reads the same few notebooks
+def _cells(path: Path) -> tuple[str, ...]:
+    return tuple(cell.source for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "code")
 
 
 def _starters() -> dict[str, tuple[Path, int, str]]:

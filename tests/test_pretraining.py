@@ -364,3 +364,58 @@ def test_fill_mask_returns_top_k_per_mask(tokenizer):
     assert model.training
     with pytest.raises(ValueError, match="no \\[MASK\\]"):
         fill_mask(model, tokenizer, "no mask here")
+
+
+def test_fixed_positions_list_each_row_s_predictions_in_order_then_minus_one(tokenizer, instances):
+    collator = MaskingCollator(tokenizer, max_predictions=12, whole_word=True, fixed_positions=True)
+    torch.manual_seed(0)
+    batch = collator([PretrainingDataset(instances)[i] for i in range(16)])
+    positions, width = batch["mlm_positions"], batch["input_ids"].shape[1]
+    slots = min(12, round(width * 0.15))
+    assert positions.shape == (16, slots) and positions.dtype == torch.long
+    assert MaskingCollator(tokenizer, max_predictions=12).prediction_slots(16) == 2  # short rows, few slots
+    for row, labels in zip(positions.tolist(), batch["mlm_labels"], strict=True):
+        listed = [p for p in row if p >= 0]
+        assert listed == (labels != -100).nonzero().squeeze(1).tolist()  # every prediction, in order, once
+        assert row == listed + [-1] * (slots - len(listed))
+    with pytest.raises(ValueError, match=r"more than the 2 .*max_predictions=2"):
+        MaskingCollator(tokenizer, max_predictions=2).prediction_positions(batch["mlm_labels"])
+
+
+def test_fixed_positions_give_the_sparse_loss_and_gradients(tokenizer, instances):
+    torch.manual_seed(0)
+    config = BertConfig.preset("tiny", vocab_size=tokenizer.vocab_size, max_position_embeddings=64,
+                               hidden_dropout_prob=0.0, attention_dropout_prob=0.0)
+    model = BertForPreTraining(config)
+    batch = MaskingCollator(tokenizer, fixed_positions=True)([PretrainingDataset(instances)[i] for i in range(8)])
+    gradients = []
+    for inputs in (batch, {k: v for k, v in batch.items() if k != "mlm_positions"}):
+        model.zero_grad()
+        out = model(**inputs)
+        out.loss.backward()
+        gradients.append({name: p.grad.clone() for name, p in model.named_parameters()})
+        gradients[-1]["loss"] = out.loss.detach()
+    for name, tensor in gradients[1].items():
+        torch.testing.assert_close(gradients[0][name], tensor, msg=name)
+
+
+def test_the_pretraining_forward_has_one_graph_for_every_mask(tokenizer, instances):
+    """torch.compile sees no graph break and compiles once, whatever each batch masked (the fixed positions)."""
+    import torch._dynamo
+
+    torch.manual_seed(0)
+    config = BertConfig.preset("tiny", vocab_size=tokenizer.vocab_size, max_position_embeddings=64)
+    model = BertForPreTraining(config)
+    collator = MaskingCollator(tokenizer, fixed_positions=True, pad_to_multiple_of=64)
+    by_length = sorted(instances, key=lambda instance: len(instance.tokens_a) + len(instance.tokens_b))
+    first, second = collator(by_length[:8]), collator(by_length[-8:])  # short pairs mask fewer, the same shapes
+    assert int((first["mlm_labels"] != -100).sum()) != int((second["mlm_labels"] != -100).sum())
+    assert torch._dynamo.explain(model)(**first).graph_break_count == 0
+    without = {k: v for k, v in first.items() if k != "mlm_positions"}  # boolean indexing: a shape the data decides
+    assert torch._dynamo.explain(model)(**without).graph_break_count > 0
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="eager", dynamic=False)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for batch in (first, second):
+            compiled(**batch).loss.backward()
+    torch._dynamo.reset()

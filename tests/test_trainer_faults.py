@@ -299,3 +299,64 @@ def test_accumulation_over_more_batches_than_the_data_has_is_refused_before_anyt
     assert "accumulation_steps=3 needs 3 batches" in message and "lower accumulation_steps to 2" in message, message
     assert not (tmp_path / "run").exists()
     assert Trainer(classifier(), quiet(max_steps=1, batch_size=4, accumulation_steps=2), data, stack).train().records
+
+
+def test_a_non_finite_loss_found_on_a_logging_step_rolls_back_to_the_step_before_it():
+    """Steps are read only on logging steps; the updates from the bad step on were skipped on the device."""
+    settings = dict(batch_size=4, lr=1e9, warmup_steps=0, shuffle=False, seed=3)
+    data = pretraining_data(16)
+    trainer = Trainer(pretrainer(), quiet(max_steps=12, log_every=6, **settings), data, masking_collate)
+    assert trainer._fused and not trainer._read_each_step  # this test is about the path that reads late
+    with pytest.raises(NonFiniteLossError, match=r"step (\d+): ") as caught:
+        trainer.train()
+    failed = int(caught.value.args[0].split(":")[0].split()[1])
+    assert trainer.step == failed - 1 and trainer.scheduler.last_epoch == failed - 1
+    assert {int(s["step"]) for s in trainer.optimizer.state_dict()["state"].values()} <= {failed - 1}
+    if failed == 1:
+        pytest.fail("the very first step failed: the test then compares nothing, raise the steps before it")
+    reference = Trainer(pretrainer(), quiet(max_steps=12, log_every=1, **settings), data, masking_collate)
+    reference.train(stop_at=failed - 1)
+    for name, tensor in reference.model.state_dict().items():
+        torch.testing.assert_close(trainer.model.state_dict()[name], tensor, atol=0, rtol=0, msg=name)
+
+
+def test_the_host_reads_the_device_on_logging_steps_only():
+    trainer = Trainer(classifier(), quiet(max_steps=8, batch_size=4, log_every=4), classification_data(16), stack)
+    read = trainer._read_pending
+    queued: list[int] = []
+
+    def counting_read():
+        if trainer._pending:
+            queued.append(len(trainer._pending))
+        return read()
+
+    trainer._read_pending = counting_read
+    history = trainer.train()
+    assert queued == [4, 4]  # two reads, four steps each
+    assert [r["step"] for r in history.records] == [4, 8] and all(math.isfinite(r["loss"]) for r in history.records)
+
+
+@pytest.mark.parametrize("saved_fused", [True, False])
+def test_adamw_state_moves_between_the_fused_and_the_plain_kernel(saved_fused):
+    """A checkpoint of a fused (GPU) run resumes with the plain kernel, and the other way round."""
+    from bertlib.training.trainer import _load_optimizer_state
+
+    def model_and_adam(fused):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 3)
+        return model, torch.optim.AdamW(model.parameters(), lr=0.1, fused=fused)
+
+    source, source_adam = model_and_adam(saved_fused)
+    for _ in range(2):
+        source(torch.ones(2, 4)).sum().backward()
+        source_adam.step()
+        source_adam.zero_grad()
+    target, target_adam = model_and_adam(not saved_fused)
+    target.load_state_dict(source.state_dict())
+    _load_optimizer_state(target_adam, source_adam.state_dict())
+    assert all(bool(group["fused"]) is (not saved_fused) for group in target_adam.param_groups)
+    for model, adam in ((source, source_adam), (target, target_adam)):
+        model(torch.ones(2, 4)).sum().backward()
+        adam.step()
+    for name, tensor in source.state_dict().items():
+        torch.testing.assert_close(target.state_dict()[name], tensor, msg=name)

@@ -181,14 +181,20 @@ def test_pretraining_losses_and_metrics_are_logged():
     assert record["loss"] == pytest.approx(record["mlm_loss"] + record["nsp_loss"])
 
 
-def test_pretraining_metrics_dense_and_sparse_agree():
+def test_pretraining_metrics_agree_for_sparse_dense_and_fixed_positions():
     model = pretrainer(dropout=False).eval()
     torch.manual_seed(3)
     batch = masking_collate(pretraining_data(4))
+    chosen = batch["mlm_labels"] != -100
+    width = int(chosen.sum(1).max()) + 2  # two more slots than the fullest row: every row ends in -1s
+    order = (~chosen).int().argsort(dim=1, stable=True)[:, :width]
+    fixed = {**batch, "mlm_positions": order.masked_fill(~chosen.gather(1, order), -1)}
     with torch.no_grad():
-        sparse = model(**batch)
-        dense = model(**batch, sparse_mlm=False)
-    assert pretraining_metrics(batch, sparse) == pytest.approx(pretraining_metrics(batch, dense))
+        outputs = [model(**batch), model(**batch, sparse_mlm=False), model(**fixed)]
+    assert outputs[2].mlm_logits.shape[:2] == fixed["mlm_positions"].shape
+    metrics = [{k: float(v) for k, v in pretraining_metrics(fixed, out).items()} for out in outputs]
+    assert metrics[0] == pytest.approx(metrics[1]) and metrics[0] == pytest.approx(metrics[2])
+    torch.testing.assert_close(outputs[2].loss, outputs[0].loss)
 
 
 def test_gradient_accumulation_equals_one_big_batch():
@@ -256,6 +262,26 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, how):
     final_state = whole.optimizer.state_dict()["state"]
     for a, b in zip(state["optimizer"]["state"].values(), final_state.values(), strict=True):
         assert torch.equal(a["exp_avg_sq"], b["exp_avg_sq"])
+
+
+def test_worker_processes_collate_the_same_masks_and_resume_exactly(tmp_path):
+    """Masks come from each batch's place in the data: two workers, one train() call or a resume, the same run."""
+    data = pretraining_data(10)
+    settings = dict(max_steps=6, batch_size=4, lr=1e-3, warmup_steps=2, checkpoint_every=2)
+    alone = Trainer(pretrainer(), quiet(**settings), data, masking_collate)
+    expected = alone.train()
+    helped = Trainer(pretrainer(), quiet(num_workers=2, out_dir=tmp_path, **settings), data, masking_collate)
+    helped.train(stop_at=3)
+    stream = helped._stream
+    helped.train(stop_at=4)
+    assert helped._stream is stream  # one loader, its workers started once, across train() calls
+    helped.close()
+    resumed = Trainer(pretrainer(seed=99), quiet(num_workers=2, out_dir=tmp_path, **settings), data, masking_collate)
+    history = resumed.train()
+    assert resumed._stream is None  # stopped with the run
+    for key in ("loss", "mlm_loss", "grad_norm"):
+        assert losses(history, key) == losses(expected, key), key
+    assert_same_weights(resumed.model, alone.model)
 
 
 def test_a_resumed_run_with_more_steps_takes_its_first_step_at_the_new_schedule_s_rate(tmp_path):

@@ -41,12 +41,13 @@ class BertOutput:
 class PreTrainingOutput:
     """What BertForPreTraining returns; losses only when labels were given."""
 
-    mlm_logits: torch.Tensor  # (batch, seq, vocab), or (n_masked, vocab) rows in order of mlm_positions
+    mlm_logits: torch.Tensor  # (batch, seq, vocab), (n_masked, vocab) rows in order of mlm_positions, or
+    # (batch, P, vocab) at the P positions given in mlm_positions
     nsp_logits: torch.Tensor  # (batch, 2): index 0 = IsNext, 1 = NotNext
     loss: torch.Tensor | None = None  # mlm_loss + nsp_loss
     mlm_loss: torch.Tensor | None = None
     nsp_loss: torch.Tensor | None = None
-    mlm_positions: torch.Tensor | None = None  # (batch, seq) bool where mlm_logits rows come from (sparse)
+    mlm_positions: torch.Tensor | None = None  # where the MLM rows come from: (batch, seq) bool, or (batch, P) ids
 
 
 @dataclass
@@ -185,11 +186,15 @@ class BertForPreTraining(BertPreTrainedModel):
         mlm_labels: torch.Tensor | None = None,
         nsp_labels: torch.Tensor | None = None,
         sparse_mlm: bool = True,
+        mlm_positions: torch.Tensor | None = None,
     ) -> PreTrainingOutput:
         """Scores for every masked token and for IsNext/NotNext, with the summed loss if labels are given.
 
         mlm_labels: (batch, seq) token ids at predicted positions, -100 elsewhere. With sparse_mlm (the
         default) the MLM head runs only where mlm_labels != -100; without labels it runs everywhere.
+        mlm_positions: (batch, P) the predicted positions of each row, -1 after its last (Google's
+        masked_lm_positions): the head then runs at those P places, a shape fixed by the collator, so the GPU
+        never waits to learn how many tokens a batch masked and torch.compile sees one shape.
         """
         encoded = self.bert(input_ids, token_type_ids, attention_mask)
         hidden = encoded.last_hidden_state  # (batch, seq, hidden)
@@ -197,7 +202,13 @@ class BertForPreTraining(BertPreTrainedModel):
         nsp_logits = self.nsp(encoded.pooler_output)
 
         positions = None
-        if mlm_labels is not None and sparse_mlm:
+        if mlm_labels is not None and sparse_mlm and mlm_positions is not None:
+            positions = mlm_positions
+            picked = positions.clamp(min=0)  # (batch, P); -1 (no position) reads position 0, its target ignored
+            rows = hidden.gather(1, picked.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))  # (batch, P, hidden)
+            mlm_logits = self.mlm(rows, word_embeddings)  # (batch, P, vocab)
+            targets = mlm_labels.gather(1, picked).masked_fill(positions < 0, IGNORE_INDEX)  # (batch, P)
+        elif mlm_labels is not None and sparse_mlm:
             positions = mlm_labels != IGNORE_INDEX
             mlm_logits = self.mlm(hidden[positions], word_embeddings)  # (n_masked, vocab)
             targets = mlm_labels[positions]

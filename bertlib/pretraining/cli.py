@@ -106,6 +106,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--dense-mlm", action="store_true",
                         help="run the MLM head at every position (slower; the default runs it at masked ones)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="processes that collate batches ahead of the model (default: 2 on a CUDA GPU, else 0)")
+    parser.add_argument("--peak-tflops", type=float, default=None,
+                        help="the GPU's peak TFLOP/s in this precision, for the MFU line (default: known GPUs)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                         help="progress bars on stderr (--no-progress: the summary lines only, as notebook 06 runs it)")
@@ -157,4 +161,8 @@ def _checks(args: argparse.Namespace) -> list[tuple[str, object, bool, str]]:
         ("--eval-every", args.eval_every, args.eval_every is None or args.eval_every >= 1, "at least 1"),
         ("--checkpoint-every", args.checkpoint_every, args.checkpoint_every >= 1, "at least 1"),
         ("--log-every", args.log_every, args.log_every >= 1, "at least 1"),
+        ("--workers", args.workers, args.workers is None or args.workers >= 0, "at least 0"),
+        ("--peak-tflops", args.peak_tflops, args.peak_tflops is None or (finite(args.peak_tflops)
+                                                                           and args.peak_tflops > 0),
+         "a finite number > 0"),
     ]

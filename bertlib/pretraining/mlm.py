@@ -3,7 +3,9 @@
 `MaskingCollator` pads a list of instances (bertlib.pretraining.nsp) into tensors and masks them with tensor operations
 on the whole batch, so every epoch draws new masks: 15% of the non-special tokens of each row (at most
 max_predictions) are predicted; of those 80% become [MASK], 10% a random non-special token and 10% stay
-unchanged. With whole_word=True a word's "##" pieces are chosen together with it. `pretraining_metrics`
+unchanged. With whole_word=True a word's "##" pieces are chosen together with it; with fixed_positions=True the
+batch also lists each row's predicted positions in a (batch, P) tensor of fixed width, as Google's
+masked_lm_positions do (the Trainer's fast path: no boolean indexing on the GPU). `pretraining_metrics`
 measures the heads' accuracy during training, `fill_mask` shows what the model guesses.
 
 The recipe is google-research/bert's create_pretraining_data.py (Devlin et al. 2019, section 3.1 and
@@ -102,8 +104,9 @@ class MaskingCollator:
 
     Randomness comes from torch's global generator, so a resumed run (whose Trainer restores torch's
     RNG state) draws the same masks as an uninterrupted one. Returns the keyword arguments of
-    BertForPreTraining: input_ids, token_type_ids, attention_mask, mlm_labels, nsp_labels. CPU work runs
-    on one intra-op thread (see `_one_thread`).
+    BertForPreTraining: input_ids, token_type_ids, attention_mask, mlm_labels, nsp_labels, and with
+    fixed_positions mlm_positions (see `prediction_positions`). CPU work runs on one intra-op thread (see
+    `_one_thread`).
     """
 
     WHOLE_WORD_ROUNDS = 3
@@ -111,7 +114,7 @@ class MaskingCollator:
 
     def __init__(self, tokenizer: Any, mlm_probability: float = 0.15, max_predictions: int = 20,
                  whole_word: bool = False, mask_share: float = 0.8, random_share: float = 0.1,
-                 pad_to_multiple_of: int | None = None) -> None:
+                 pad_to_multiple_of: int | None = None, fixed_positions: bool = False) -> None:
         if not 0 < mlm_probability < 1:
             raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}")
         if mask_share < 0 or random_share < 0 or mask_share + random_share > 1:
@@ -125,6 +128,7 @@ class MaskingCollator:
         self.mask_share = mask_share
         self.random_share = random_share
         self.pad_to_multiple_of = pad_to_multiple_of
+        self.fixed_positions = fixed_positions
         self.special_ids = torch.tensor(self.special.as_tuple())
         # Random replacements: any token but the special ones and reserved "[unused7]"-style entries.
         reserved = [i for i, token in enumerate(vocab) if token.startswith("[") and token.endswith("]")]
@@ -142,7 +146,27 @@ class MaskingCollator:
         with _one_thread():
             batch = self.pad(instances)
             batch["input_ids"], batch["mlm_labels"] = self.mask_tokens(batch["input_ids"], batch["attention_mask"])
+            if self.fixed_positions:
+                batch["mlm_positions"] = self.prediction_positions(batch["mlm_labels"])
         return batch
+
+    def prediction_slots(self, seq_len: int) -> int:
+        """How many predictions a row of seq_len tokens can have: the budget `select` gives a row whose every
+        token is a candidate, min(max_predictions, round(seq_len * mlm_probability)), at least 1."""
+        budget = (torch.tensor([seq_len]) * self.mlm_probability).round().clamp(min=1, max=self.max_predictions)
+        return int(budget)
+
+    def prediction_positions(self, mlm_labels: torch.Tensor) -> torch.Tensor:
+        """(batch, P): each row's predicted positions in order, then -1 (Google pads with 0 and a weight of 0; -1
+        needs no weights). P = prediction_slots(seq): the same for every batch of a width, whatever it masked."""
+        chosen = mlm_labels != IGNORE_INDEX  # (batch, seq)
+        slots = self.prediction_slots(mlm_labels.shape[1])
+        most = int(_row_counts(chosen).max())
+        if most > slots:
+            raise ValueError(f"a row has {most} predicted tokens, more than the {slots} that rows of "
+                             f"{mlm_labels.shape[1]} tokens get (max_predictions={self.max_predictions})")
+        order = (~chosen).int().argsort(dim=1, stable=True)  # chosen positions first, each group in text order
+        return order.masked_fill(~chosen.gather(1, order), -1)[:, :slots]  # (batch, P)
 
     def pad(self, instances: Sequence[PretrainingInstance | Mapping[str, Any]]) -> dict[str, torch.Tensor]:
         """Right-pad [CLS] A [SEP] B [SEP] of each instance to the batch's longest (no masking)."""
@@ -248,23 +272,30 @@ class MaskingCollator:
 
 
 @torch.no_grad()
-def pretraining_metrics(batch: Mapping[str, Any], output: Any) -> dict[str, float]:
+def pretraining_metrics(batch: Mapping[str, Any], output: Any) -> dict[str, torch.Tensor]:
     """MLM and NSP accuracy of a BertForPreTraining output: a metrics_fn for the Trainer (it logs the losses).
 
-    The MLM logits are either sparse (rows at mlm_labels != -100, the model's default) or dense (batch, seq, vocab).
-    A batch without any masked token gives NaN, as the model's mlm_loss does: collators mask at least one.
+    The MLM logits are sparse (rows at mlm_labels != -100, the model's default), at fixed positions (batch, P,
+    vocab) or dense (batch, seq, vocab). Accuracies stay 0-d tensors on the model's device, so the Trainer reads
+    them when it logs rather than waiting for the GPU every step. A batch without any masked token gives NaN, as
+    the model's mlm_loss does: collators mask at least one.
     """
-    metrics: dict[str, float] = {}
+    metrics: dict[str, torch.Tensor] = {}
     labels = batch.get("mlm_labels")
     if labels is not None:
-        predicted = labels != IGNORE_INDEX  # (batch, seq)
-        logits = output.mlm_logits
-        if logits.dim() == 3:
-            logits = logits[predicted]  # (batch, seq, vocab) -> (n_masked, vocab)
-        metrics["mlm_accuracy"] = (logits.argmax(-1) == labels[predicted]).float().mean().item()
+        logits, where = output.mlm_logits, getattr(output, "mlm_positions", None)
+        if where is not None and where.dtype != torch.bool:  # fixed positions, (batch, P), -1 = none
+            targets = labels.gather(1, where.clamp(min=0))
+            hits = (logits.argmax(-1) == targets) & (where >= 0)
+            metrics["mlm_accuracy"] = hits.sum() / (where >= 0).sum()
+        else:
+            predicted = labels != IGNORE_INDEX  # (batch, seq)
+            if logits.dim() == 3:
+                logits = logits[predicted]  # (batch, seq, vocab) -> (n_masked, vocab)
+            metrics["mlm_accuracy"] = (logits.argmax(-1) == labels[predicted]).float().mean()
     if batch.get("nsp_labels") is not None:
         nsp_hits = output.nsp_logits.argmax(-1) == batch["nsp_labels"].reshape(-1)
-        metrics["nsp_accuracy"] = nsp_hits.float().mean().item()
+        metrics["nsp_accuracy"] = nsp_hits.float().mean()
     return metrics
 
 

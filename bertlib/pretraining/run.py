@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -53,6 +55,7 @@ from bertlib.training.config import TrainingConfig
 from bertlib.training.history import History
 from bertlib.training.lock import RunLock, RunLockedError
 from bertlib.training.precision import precision_line
+from bertlib.training.throughput import bert_flops_per_token, mfu, peak_tflops
 from bertlib.training.time_budget import fit_steps_to_budget
 from bertlib.training.trainer import NonFiniteLossError, Trainer, interrupted_line
 
@@ -311,7 +314,8 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
         tokenizer, vocab_path = run_tokenizer(args.vocab, texts, args.vocab_size, out, is_main, args.vocab_score,
                                                show_progress=is_main and args.progress)
         check_vocabulary(tokenizer, vocab_path, trained_here=args.vocab is None)
-        collator = MaskingCollator(tokenizer, args.mlm_probability, args.max_predictions, args.whole_word)
+        collator = MaskingCollator(tokenizer, args.mlm_probability, args.max_predictions, args.whole_word,
+                                   fixed_positions=True)
     except (OSError, ValueError) as error:  # a missing or unusable corpus or vocabulary: say which, no traceback
         raise PretrainError(str(error)) from None
     train, evaluation, _ = build_datasets(texts, tokenizer, args, show_progress=is_main and args.progress)
@@ -331,9 +335,9 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
         max_steps=args.steps or 1, batch_size=args.batch_size, lr=args.lr, warmup_ratio=args.warmup_ratio,
         precision=args.precision, compile=args.compile, eval_every=args.eval_every, log_every=args.log_every,
         checkpoint_every=args.checkpoint_every, out_dir=out, seed=args.seed, device=args.device,
-        progress=is_main and args.progress,
+        progress=is_main and args.progress, num_workers=_workers(args),
     )
-    collate = (lambda items: {**collator(items), "sparse_mlm": False}) if args.dense_mlm else collator
+    collate = functools.partial(_dense_mlm, collator) if args.dense_mlm else collator
     if args.steps is None or (args.minutes is not None and latest_checkpoint(out) is None):
         budget = fit_steps_to_budget(model, training, train, collate, seconds=args.minutes * 60,
                                      maximum=args.steps, probe_steps=PROBE_STEPS, metrics_fn=pretraining_metrics)
@@ -371,11 +375,43 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
         last = {key: history.last(key) for key in ("loss", "mlm_accuracy", "nsp_accuracy", "eval_loss",
                                                    "eval_mlm_accuracy", "eval_nsp_accuracy") if key in logged}
         print(f"done: step {trainer.step} in {time.perf_counter() - start:.0f} s; "
-              + ", ".join(f"{k} {v:.4g}" for k, v in last.items())
-              + f"; {trainer.tokens_per_second():,.0f} tokens/s over the training steps (evaluation and "
-                "checkpoints not counted)")
+              + ", ".join(f"{k} {v:.4g}" for k, v in last.items()))
+        head_share = 1.0 if args.dense_mlm else collator.prediction_slots(args.seq_len) / args.seq_len
+        flops = bert_flops_per_token(config, args.seq_len, head_share)
+        print(speed_line(history, trainer, flops, args.peak_tflops or peak_tflops(trainer.device, trainer.precision)))
         print(f"model for fine-tuning: {shown_path(folder)} (bertlib.model.hf.from_pretrained or transformers)")
     return 0
+
+
+def _dense_mlm(collator: MaskingCollator, items: list[Any]) -> dict[str, Any]:
+    """--dense-mlm's batches: the collator's, asking the model to score every position (a function, not a
+    lambda, so that worker processes started by spawn can receive it)."""
+    return {**collator(items), "sparse_mlm": False}
+
+
+def _workers(args: argparse.Namespace) -> int:
+    """--workers, or its default: 2 collating processes ahead of a CUDA GPU, none beside a CPU that trains."""
+    if args.workers is not None:
+        return args.workers
+    from bertlib.training.devices import pick_device
+
+    return 2 if pick_device(args.device).type == "cuda" else 0
+
+
+def speed_line(history: History, trainer: Trainer, flops_per_token: float, peak: float | None) -> str:
+    """The run's speed: median tokens/s of its logged windows (training steps only), the mean over all of them,
+    and the MFU they make (nanoGPT's estimate, bertlib.training.throughput) where the GPU's peak is known."""
+    rates = [r["tokens_per_s"] for r in history.records if "tokens_per_s" in r]
+    if not rates:
+        return "speed: no logged window"
+    median = statistics.median(rates)
+    line = (f"speed: median {median:,.0f} tokens/s over {len(rates)} logged windows, "
+            f"{trainer.tokens_per_second():,.0f} over all training steps (evaluation and checkpoints not counted)")
+    achieved = f"{median * flops_per_token / 1e12:.3g} TFLOP/s"
+    used = mfu(median, flops_per_token, peak)
+    if used is None:
+        return line + f"; {achieved} (MFU needs --peak-tflops for this device)"
+    return line + f"; {achieved}, MFU {used:.1%} of {peak:g} ({trainer.precision} peak)"
 
 
 @dataclasses.dataclass

@@ -48,7 +48,7 @@ class TrainingConfig:
     out_dir: str | Path | None = None  # None = no checkpoints, no resuming, no lock
     resume: bool = True  # continue from the newest intact checkpoint in out_dir
     seed: int = 0  # seeds the RNGs on a fresh start (plus the rank) and the default sampler's data order
-    num_workers: int = 0  # DataLoader workers; exact resuming of random collators needs 0
+    num_workers: int = 0  # processes that collate the next batches while the model trains (the same masks)
     shuffle: bool = True  # of the default sampler
     device: str | None = None  # None: bertlib.training.devices.pick_device (cuda:LOCAL_RANK, mps, cpu)
     progress: bool = True  # tqdm bar on rank 0

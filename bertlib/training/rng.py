@@ -5,13 +5,12 @@
     seed_everything(0)
     with forked_rng(seed, device): ...   # seeded inside, the previous streams restored after
 
-Why: an interrupted-and-resumed run must equal the uninterrupted one bit for bit on CPU. Collators that draw
-masks from torch's global generator and dropout in the model both consume these streams, so the Trainer
-saves every process's states in each checkpoint and restores its own on resume. Follows what transformers'
-Trainer stores (rng_state.pth), in weights_only-safe types.
+Why: an interrupted-and-resumed run must equal the uninterrupted one bit for bit on CPU. Dropout in the model
+consumes these streams, so the Trainer saves every process's states in each checkpoint and restores its own
+on resume (a collator's masks need none of this: the Trainer seeds each training batch from its place in the
+data). Follows what transformers' Trainer stores (rng_state.pth), in weights_only-safe types.
 
-Leaves out: DataLoader worker RNGs (resuming random collators exactly needs num_workers=0) and the RNGs of
-devices other than the current CUDA one.
+Leaves out: the RNGs of devices other than the current CUDA one.
 """
 
 from __future__ import annotations

@@ -117,13 +117,13 @@ def time_steps(model: nn.Module, config: TrainingConfig, train_dataset: Dataset,
     saved = rng_state(device)
     probe_config = dataclasses.replace(
         config, max_steps=1 + probe_steps, epochs=None, warmup_steps=0, out_dir=None, resume=False, eval_every=None,
-        checkpoint_every=None, progress=False, num_workers=0)
+        checkpoint_every=None, progress=False)
     probe = Trainer(copy.deepcopy(model), probe_config, train_dataset, collate_fn, metrics_fn=metrics_fn)
     try:
         probe.train(stop_at=1)  # warm-up: allocations, kernels, compilation; not timed
         _synchronize(probe.device)
         start = clock()
-        probe.train()  # each step reads its loss back (.item()), so the device has finished it
+        probe.train()
         _synchronize(probe.device)
         per_step = (clock() - start) / probe_steps
     finally:

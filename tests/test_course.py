@@ -321,3 +321,16 @@ def test_notebook_07_on_its_own_fine_tunes_the_shipped_run_and_prints_no_nan(tmp
     assert "course BERT (shipped run):" in streams["stdout"]
     assert not re.search(r"[+-]nan|\[nan|nan\]|nan mean", streams["stdout"])  # a score, not the word in a signature
     assert "Mean of empty slice" not in streams["stderr"]
+
+
+def test_the_gpu_cells_budget_follows_bertlib_gpu_minutes_and_refuses_a_bad_value(monkeypatch):
+    from bertlib import course
+
+    monkeypatch.delenv("BERTLIB_GPU_MINUTES", raising=False)
+    assert course.gpu_minutes(15) == 15
+    monkeypatch.setenv("BERTLIB_GPU_MINUTES", "1.5")
+    assert course.gpu_minutes(15) == 1.5
+    for bad in ("0", "-2", "soon", "nan", "inf"):
+        monkeypatch.setenv("BERTLIB_GPU_MINUTES", bad)
+        with pytest.raises(ValueError, match=rf"BERTLIB_GPU_MINUTES='{bad}': .* above 0, .*own 15\)"):
+            course.gpu_minutes(15)

@@ -158,11 +158,11 @@ def probe_says(monkeypatch, seconds_per_step: float) -> list[int]:
     """Make the timing probe report `seconds_per_step`; the list it returns counts the probes."""
     probes = []
 
-    def fake(*args, **kwargs):
-        probes.append(kwargs["probe_steps"])
-        return seconds_per_step
+    def fake(model, config, train, collate, probe_steps, *rest):
+        probes.append(probe_steps)
+        return seconds_per_step, 0.0, 0.0  # per step; evaluations and checkpoints free
 
-    monkeypatch.setattr(time_budget, "time_steps", fake)
+    monkeypatch.setattr(time_budget, "_probe", fake)
     return probes
 
 

@@ -48,15 +48,15 @@ def test_the_probe_reads_the_clock_around_the_timed_steps_only():
 def test_the_chosen_steps_follow_the_probe(monkeypatch):
     model, data = classifier(), classification_data(8)
     for per_step in (0.01, 0.5, 0.7, 2.0):
-        monkeypatch.setattr(time_budget, "time_steps", lambda *args, seconds=per_step, **kwargs: seconds)
+        monkeypatch.setattr(time_budget, "_probe", lambda *args, seconds=per_step, **kwargs: (seconds, 0.0, 0.0))
         budget = fit_steps_to_budget(model, config(), data, stack, seconds=60)
         assert budget.seconds_per_step == per_step
         assert budget.steps == math.floor(60 / per_step + 1e-9)
         assert budget.steps * per_step <= 60 < (budget.steps + 1) * per_step
-    monkeypatch.setattr(time_budget, "time_steps", lambda *args, **kwargs: 0.01)
+    monkeypatch.setattr(time_budget, "_probe", lambda *args, **kwargs: (0.01, 0.0, 0.0))
     capped = fit_steps_to_budget(model, config(), data, stack, seconds=60, maximum=50)
     assert capped.steps == 50 and "at most 50" in capped.line()
-    monkeypatch.setattr(time_budget, "time_steps", lambda *args, **kwargs: 10.0)
+    monkeypatch.setattr(time_budget, "_probe", lambda *args, **kwargs: (10.0, 0.0, 0.0))
     floor = fit_steps_to_budget(model, config(), data, stack, seconds=1, minimum=7)
     assert floor.steps == 7 and "at least 7" in floor.line()
 
@@ -83,7 +83,22 @@ def test_the_line_names_the_seconds_per_step_and_the_steps():
 
 
 def test_a_bad_budget_is_refused_before_any_probe(monkeypatch):
-    monkeypatch.setattr(time_budget, "time_steps", lambda *a, **k: pytest.fail("probed"))
+    monkeypatch.setattr(time_budget, "_probe", lambda *a, **k: pytest.fail("probed"))
     for bad in (0, -2, math.nan, math.inf, "soon"):
         with pytest.raises(ValueError, match="finite number > 0"):
             fit_steps_to_budget(classifier(), config(), classification_data(8), stack, seconds=bad)
+
+
+def test_evaluations_and_checkpoints_are_paid_for_inside_the_budget(tmp_path):
+    # each timed piece reads the fake clock twice, 3 s apart: 1.5 s per step (2 steps), 3 s per evaluation and
+    # per checkpoint; 60 s leave 54 after the final evaluation and checkpoint, at 1.5 + 3/10 + 3/20 s per step
+    settings = config(eval_every=10, checkpoint_every=20, out_dir=tmp_path / "run")
+    budget = fit_steps_to_budget(classifier(), settings, classification_data(8), stack, seconds=60, probe_steps=2,
+                                 eval_dataset=classification_data(4), clock=ticking(3.0))
+    assert budget.steps == 27 and (budget.evaluations, budget.checkpoints) == (3, 2)
+    assert budget.steps * 1.5 + 3 * budget.evaluations + 3 * budget.checkpoints <= 60
+    assert "3 s per evaluation x 3, 3 s per checkpoint x 2 -> 27 steps" in budget.line()
+    assert not (tmp_path / "run").exists()  # the probe's checkpoint went to a temporary folder
+    alone = fit_steps_to_budget(classifier(), config(), classification_data(8), stack, seconds=60, probe_steps=2,
+                                clock=ticking(3.0))
+    assert alone.steps == 40 and "evaluation" not in alone.line()

@@ -14,6 +14,7 @@ cell's own text and the repository address live in bertlib.course.setup_cell.
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import sys
@@ -48,6 +49,25 @@ def pick(smoke: T, cpu: T, gpu: T | None = None) -> T:
     if gpu is not None and device().type == "cuda":
         return gpu
     return cpu
+
+
+GPU_MINUTES_VARIABLE = "BERTLIB_GPU_MINUTES"
+
+
+def gpu_minutes(default: float) -> float:
+    """The GPU cells' training budget in minutes: $BERTLIB_GPU_MINUTES where it is set (say 1, to check that a cell
+    runs on a new GPU before giving it the full time), else `default`. A bad value is refused before any work."""
+    raw = os.environ.get(GPU_MINUTES_VARIABLE)
+    if raw is None:
+        return default
+    try:
+        minutes = float(raw)
+    except ValueError:
+        minutes = math.nan
+    if not (math.isfinite(minutes) and minutes > 0):
+        raise ValueError(f"{GPU_MINUTES_VARIABLE}={raw!r}: it must be a number of minutes above 0, such as 2 "
+                         f"(unset it for the cell's own {default:g})")
+    return minutes
 
 
 def device():

@@ -340,7 +340,8 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
     collate = functools.partial(_dense_mlm, collator) if args.dense_mlm else collator
     if args.steps is None or (args.minutes is not None and latest_checkpoint(out) is None):
         budget = fit_steps_to_budget(model, training, train, collate, seconds=args.minutes * 60,
-                                     maximum=args.steps, probe_steps=PROBE_STEPS, metrics_fn=pretraining_metrics)
+                                     maximum=args.steps, probe_steps=PROBE_STEPS, metrics_fn=pretraining_metrics,
+                                     eval_dataset=evaluation)
         if is_main:
             print(f"--minutes {args.minutes:g}: {budget.line()}")
         args.steps = settings["steps"] = budget.steps
@@ -364,10 +365,16 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
         run = json.dumps({"args": settings, "corpus_sha256": corpus_sha256, "model_config": config.to_dict()},
                          indent=2) + "\n"
         atomic_write(out / "run.json", lambda tmp: tmp.write_text(run, encoding="utf-8"))
+    trained_from, started = trainer.step, time.perf_counter()
     try:
         history = trainer.train()
     finally:
         trainer.close()
+    took = time.perf_counter() - started
+    if is_main and args.minutes is not None and trainer.step > trained_from:
+        print(f"--minutes {args.minutes:g}: steps {trained_from + 1}-{trainer.step} with their evaluations and "
+              f"checkpoints took {took:.1f} s, {took / (args.minutes * 60):.0%} of the budget"
+              + (" (a resumed run: part of it was spent before)" if trained_from else ""))
     if is_main:
         folder = hf.save_pretrained(model, out / "pretrained", vocab_file=vocab_path)
         atomic_write(out / "history.csv", history.frame().to_csv)

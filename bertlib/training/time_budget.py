@@ -9,7 +9,8 @@
 The probe trains a throwaway copy: a deep copy of the model under its own Trainer (its own AdamW, no out_dir,
 no evaluation, no progress bar) on the real dataset and collator, with the real device, precision, batch size
 and accumulation, so it times what a real step costs (data, forward, backward, clipping, update). One step
-warms up first (allocations, kernels, torch.compile) and is not timed; then `probe_steps` steps are. The model
+(two with torch.compile) warms up first (allocations, kernels, compilation) and is not timed; then `probe_steps`
+steps are. The model
 passed in is never touched, and the caller's Python, NumPy and torch RNG states are given back afterwards.
 Under torchrun every process probes together and all take the slowest process's time, so that they agree.
 
@@ -19,10 +20,12 @@ learning rate jump, up as well as down. Fixing the step count before the first r
 one shape from start to end.
 
 `steps_in_budget(seconds, seconds_per_step, minimum, maximum)` is the arithmetic alone. The budget covers the
-training steps; the probe itself, evaluation and checkpoints come on top.
+training steps, the evaluations and the checkpoints: given the eval set, and with an out_dir, the probe also
+times one evaluation and one checkpoint and reserves their cost for as many as the run will make. The probe
+itself and what comes after the run (exporting the model) come on top.
 
 Leaves out: re-timing during the run, and any guess about speed changes later on (a GPU that throttles, a
-laptop on battery): the run keeps the step count it was given.
+laptop on battery, a CPU that other programs start to share): the run keeps the step count it was given.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import copy
 import dataclasses
 import math
 import os
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -53,20 +57,27 @@ class StepBudget:
     steps: int  # optimizer steps the run gets
     seconds_per_step: float  # what the probe measured
     seconds: float  # the budget
-    probe_steps: int  # steps timed (after one untimed warm-up step)
+    probe_steps: int  # steps timed (after the untimed warm-up)
     minimum: int = 1
     maximum: int | None = None
+    seconds_per_evaluation: float = 0.0  # one pass over the eval set (0: no eval set)
+    seconds_per_checkpoint: float = 0.0  # one checkpoint written (0: no out_dir)
+    evaluations: int = 0  # of the chosen run
+    checkpoints: int = 0
 
     def line(self) -> str:
         """One line saying what the probe measured and what was chosen."""
         fit = self.seconds / self.seconds_per_step
+        reserved = "".join(f", {seconds:.2g} s per {what} x {count}" for what, seconds, count in (
+            ("evaluation", self.seconds_per_evaluation, self.evaluations),
+            ("checkpoint", self.seconds_per_checkpoint, self.checkpoints)) if count)
         note = ""
         if self.steps > fit:
             note = f" (at least {self.minimum})"
         elif self.maximum is not None and self.steps == self.maximum and fit >= self.maximum + 1:
             note = f" (at most {self.maximum:,}; {int(fit):,} would fit)"
         return (f"time budget {self.seconds:.0f} s: {self.seconds_per_step:.3g} s per step "
-                f"(probe of {self.probe_steps} steps) -> {self.steps:,} steps{note}")
+                f"(probe of {self.probe_steps} steps){reserved} -> {self.steps:,} steps{note}")
 
 
 def check_seconds(seconds: float) -> float:
@@ -105,39 +116,68 @@ def time_steps(model: nn.Module, config: TrainingConfig, train_dataset: Dataset,
                collate_fn: Callable[[list[Any]], Any] | None = None, *, probe_steps: int = 5,
                metrics_fn: Callable[..., dict[str, float]] | None = None,
                clock: Callable[[], float] = time.perf_counter) -> float:
-    """Seconds per optimizer step of `config` on a deep copy of `model`: one untimed step, then `probe_steps` timed.
+    """Seconds per optimizer step of `config` on a deep copy of `model`: untimed warm-up, then `probe_steps` timed.
 
     Under torchrun (WORLD_SIZE > 1) it joins the process group if nobody has (the caller leaves it at the end,
     dist.destroy_process_group) and returns the slowest process's time, the same number in every process.
+    """
+    return _probe(model, config, train_dataset, collate_fn, probe_steps, metrics_fn, None, clock)[0]
+
+
+def _probe(model: nn.Module, config: TrainingConfig, train_dataset: Dataset,
+           collate_fn: Callable[[list[Any]], Any] | None, probe_steps: int,
+           metrics_fn: Callable[..., dict[str, float]] | None, eval_dataset: Dataset | None,
+           clock: Callable[[], float]) -> tuple[float, float, float]:
+    """(seconds per step, per evaluation, per checkpoint) on a throwaway copy; 0 for no eval set or no out_dir.
+
+    The warm-up is one step, or two with torch.compile (the first compiles, the second must not recompile);
+    with compile an evaluation also runs once untimed (eval mode compiles a graph of its own). The checkpoint
+    is written to a temporary folder, and the slowest process's times are taken under torchrun.
     """
     if probe_steps < 1:
         raise ValueError(f"probe_steps must be >= 1, got {probe_steps}")
     _join_process_group()
     device = pick_device(config.device)
     saved = rng_state(device)
+    warm_up = 2 if config.compile else 1
     probe_config = dataclasses.replace(
-        config, max_steps=1 + probe_steps, epochs=None, warmup_steps=0, out_dir=None, resume=False, eval_every=None,
-        checkpoint_every=None, progress=False)
+        config, max_steps=warm_up + probe_steps, epochs=None, warmup_steps=0, out_dir=None, resume=False,
+        eval_every=None, checkpoint_every=None, progress=False)
     probe = Trainer(copy.deepcopy(model), probe_config, train_dataset, collate_fn, metrics_fn=metrics_fn)
+    evaluation = checkpoint = 0.0
     try:
-        probe.train(stop_at=1)  # warm-up: allocations, kernels, compilation; not timed
-        _synchronize(probe.device)
-        start = clock()
-        probe.train()
-        _synchronize(probe.device)
-        per_step = (clock() - start) / probe_steps
+        probe.train(stop_at=warm_up)  # allocations, kernels, compilation, worker start: not timed
+        per_step = _timed(probe.train, probe.device, clock) / probe_steps
+        if eval_dataset is not None:
+            probe.eval_dataset = eval_dataset
+            if config.compile:
+                probe.evaluate()
+            evaluation = _timed(probe.evaluate, probe.device, clock)
+        if config.out_dir is not None:
+            with tempfile.TemporaryDirectory(prefix="bertlib-probe-") as folder:
+                probe.config = dataclasses.replace(probe.config, out_dir=folder)
+                checkpoint = _timed(probe.save_checkpoint, probe.device, clock)
     finally:
         probe.close()
         del probe
         if device.type == "cuda":
             torch.cuda.empty_cache()
         set_rng_state(saved, device)
+    times = (per_step, evaluation, checkpoint)
     if dist.is_available() and dist.is_initialized():
-        slowest = torch.tensor([per_step], dtype=torch.float64,
-                               device=device if dist.get_backend() == "nccl" else "cpu")
+        slowest = torch.tensor(times, dtype=torch.float64, device=device if dist.get_backend() == "nccl" else "cpu")
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-        per_step = float(slowest.item())
-    return per_step
+        times = tuple(slowest.tolist())
+    return times
+
+
+def _timed(work: Callable[[], Any], device: torch.device, clock: Callable[[], float]) -> float:
+    """Seconds `work` takes, its queued GPU work included."""
+    _synchronize(device)
+    start = clock()
+    work()
+    _synchronize(device)
+    return clock() - start
 
 
 def _synchronize(device: torch.device) -> None:
@@ -150,11 +190,22 @@ def fit_steps_to_budget(model: nn.Module, config: TrainingConfig, train_dataset:
                         collate_fn: Callable[[list[Any]], Any] | None = None, *, seconds: float, minimum: int = 1,
                         maximum: int | None = None, probe_steps: int = 5,
                         metrics_fn: Callable[..., dict[str, float]] | None = None,
+                        eval_dataset: Dataset | None = None,
                         clock: Callable[[], float] = time.perf_counter) -> StepBudget:
-    """Time a probe (time_steps) and return how many steps of `config` fit in `seconds` (steps_in_budget)."""
+    """Time a probe and return how many steps of `config` fit in `seconds` together with the run's evaluations
+    (on eval_dataset, every config.eval_every steps and at the end) and checkpoints (with an out_dir)."""
     seconds = check_seconds(seconds)
-    per_step = time_steps(model, config, train_dataset, collate_fn, probe_steps=probe_steps, metrics_fn=metrics_fn,
-                          clock=clock)
+    per_step, evaluation, saving = _probe(model, config, train_dataset, collate_fn, probe_steps, metrics_fn,
+                                          eval_dataset, clock)
     per_step = max(per_step, 1e-9)  # a clock too coarse to see the probe: as fast as it gets
-    steps = steps_in_budget(seconds, per_step, minimum, maximum)
-    return StepBudget(steps, per_step, seconds, probe_steps, minimum, maximum)
+    # Each evaluation and checkpoint at the end, and one every eval_every / checkpoint_every steps, spread per step.
+    at_end = evaluation + saving
+    spread = sum(cost / every for cost, every in ((evaluation, config.eval_every), (saving, config.checkpoint_every))
+                 if cost and every)
+    left = seconds - at_end
+    steps = steps_in_budget(left, per_step + spread, minimum, maximum) if left > 0 else minimum
+    evaluations = (steps // config.eval_every if config.eval_every else 0) + 1 if eval_dataset is not None else 0
+    checkpoints = ((steps // config.checkpoint_every if config.checkpoint_every else 0) + 1
+                   if config.out_dir is not None else 0)
+    return StepBudget(steps, per_step, seconds, probe_steps, minimum, maximum, evaluation, saving, evaluations,
+                      checkpoints)

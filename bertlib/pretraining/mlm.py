@@ -99,6 +99,15 @@ def _row_counts(mask: torch.Tensor) -> torch.Tensor:
     return mask.sum(1)
 
 
+def prediction_positions(mlm_labels: torch.Tensor, slots: int) -> torch.Tensor:
+    """(batch, slots): the positions of each row's labels (not -100) in text order, then -1; rows with more than
+    `slots` lose the rest (MaskingCollator.prediction_positions refuses that first)."""
+    chosen = mlm_labels != IGNORE_INDEX  # (batch, seq)
+    order = (~chosen).int().argsort(dim=1, stable=True)  # chosen positions first, each group in text order
+    positions = order.masked_fill(~chosen.gather(1, order), -1)[:, :slots]
+    return torch.nn.functional.pad(positions, (0, slots - positions.shape[1]), value=-1)  # (batch, slots)
+
+
 class MaskingCollator:
     """Pads instances into a batch and masks it for MLM, with tensor operations on the whole batch.
 
@@ -159,14 +168,12 @@ class MaskingCollator:
     def prediction_positions(self, mlm_labels: torch.Tensor) -> torch.Tensor:
         """(batch, P): each row's predicted positions in order, then -1 (Google pads with 0 and a weight of 0; -1
         needs no weights). P = prediction_slots(seq): the same for every batch of a width, whatever it masked."""
-        chosen = mlm_labels != IGNORE_INDEX  # (batch, seq)
         slots = self.prediction_slots(mlm_labels.shape[1])
-        most = int(_row_counts(chosen).max())
+        most = int(_row_counts(mlm_labels != IGNORE_INDEX).max())
         if most > slots:
             raise ValueError(f"a row has {most} predicted tokens, more than the {slots} that rows of "
                              f"{mlm_labels.shape[1]} tokens get (max_predictions={self.max_predictions})")
-        order = (~chosen).int().argsort(dim=1, stable=True)  # chosen positions first, each group in text order
-        return order.masked_fill(~chosen.gather(1, order), -1)[:, :slots]  # (batch, P)
+        return prediction_positions(mlm_labels, slots)
 
     def pad(self, instances: Sequence[PretrainingInstance | Mapping[str, Any]]) -> dict[str, torch.Tensor]:
         """Right-pad [CLS] A [SEP] B [SEP] of each instance to the batch's longest (no masking)."""

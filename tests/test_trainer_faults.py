@@ -6,6 +6,7 @@ import errno
 import math
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -360,3 +361,35 @@ def test_adamw_state_moves_between_the_fused_and_the_plain_kernel(saved_fused):
         adam.step()
     for name, tensor in source.state_dict().items():
         torch.testing.assert_close(target.state_dict()[name], tensor, msg=name)
+
+
+def test_a_checkpoint_is_written_while_the_next_steps_train(tmp_path, monkeypatch):
+    from bertlib.training import checkpoint
+
+    real_save = checkpoint.save_checkpoint
+    trained_on = threading.Event()
+    waited: dict[int, bool] = {}
+
+    def slow_disk(state, path):  # the write of step 2 waits until step 4 has trained
+        if state["step"] == 2:
+            waited[2] = trained_on.wait(timeout=60)
+        real_save(state, path)
+
+    def metrics(batch, output):
+        if trainer.step >= 3:  # computing step 4
+            trained_on.set()
+        return {}
+
+    monkeypatch.setattr(checkpoint, "save_checkpoint", slow_disk)
+    trainer = Trainer(classifier(), quiet(max_steps=6, batch_size=4, checkpoint_every=2, keep_checkpoints=3,
+                                          out_dir=tmp_path), classification_data(16), stack, metrics_fn=metrics)
+    trainer.train()
+    assert waited == {2: True}  # step 4 trained while checkpoint-2 was being written
+    assert [load_checkpoint(p)["step"] for p in list_checkpoints(tmp_path)] == [2, 4, 6]
+    assert load_checkpoint(tmp_path / "checkpoint-2.pt")["history"][-1]["step"] == 2  # its state, not a later one
+    reference = Trainer(classifier(), quiet(max_steps=6, batch_size=4), classification_data(16), stack,
+                        metrics_fn=lambda batch, output: {})
+    reference.train(stop_at=2)
+    saved = load_checkpoint(tmp_path / "checkpoint-2.pt")["model"]
+    for name, tensor in reference.model.state_dict().items():  # the weights of step 2, not of a later step
+        torch.testing.assert_close(saved[name], tensor, atol=0, rtol=0, msg=name)

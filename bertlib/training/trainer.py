@@ -45,6 +45,9 @@ not go back); no checkpoint is written or pruned after it. fp16 steps that GradS
 gradients) are not counted: the step, the schedule and AdamW's step count all advance together. Ctrl-C, or
 SIGTERM (a scheduler's or `docker stop`'s), finishes the current step, saves a checkpoint and raises
 KeyboardInterrupt (the same signal twice stops at once).
+Checkpoints every checkpoint_every steps are copied off the live tensors and written by a background thread
+while the next steps train (one write at a time; a failed write is raised at the next checkpoint or at the end);
+the last checkpoint of a train() call is written before it returns.
 With an out_dir the Trainer takes the folder's run lock (bertlib.training.lock) and removes temp files orphaned by
 a killed run; resuming skips a corrupt newest checkpoint for the newest intact one, naming the bad file (in a
 warning, and in the "resumed from" line, which names the checkpoint actually resumed from).
@@ -164,6 +167,17 @@ def _adamw(groups: list[dict[str, Any]], config: TrainingConfig) -> torch.optim.
         return torch.optim.AdamW(groups, **settings, fused=True)
     except RuntimeError:  # "fused=True requires ... supported devices" (MPS before torch 2.5, CPU before 2.4)
         return torch.optim.AdamW(groups, **settings)
+
+
+def _copied(value: Any) -> Any:
+    """A checkpoint state with every tensor copied to the CPU (dicts and lists walked), sharing nothing live."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return {key: _copied(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_copied(item) for item in value)
+    return value
 
 
 def _load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict[str, Any]) -> None:
@@ -306,6 +320,8 @@ class Trainer:
         self._started = False
         self._interrupt_requested = False
         self._stream: Iterator[Batch] | None = None  # the training micro-batches, from (epoch, position) on
+        self._writer: threading.Thread | None = None  # the checkpoint being written in the background
+        self._write_error: BaseException | None = None  # what stopped it, raised on the training thread
 
     # -- setup -------------------------------------------------------------------------------------------
 
@@ -441,9 +457,9 @@ class Trainer:
                 log_now = counted and (self.step % cfg.log_every == 0 or at_end)
                 evaluate_now = counted and self.eval_dataset is not None and (
                     at_end or (cfg.eval_every is not None and self.step % cfg.eval_every == 0))
-                save_now = counted and cfg.out_dir is not None and (
-                    at_end or self.step == target or interrupted
-                    or (cfg.checkpoint_every is not None and self.step % cfg.checkpoint_every == 0))
+                save_last = counted and cfg.out_dir is not None and (at_end or self.step == target or interrupted)
+                save_now = save_last or (counted and cfg.out_dir is not None and cfg.checkpoint_every is not None
+                                         and self.step % cfg.checkpoint_every == 0)
                 if log_now or evaluate_now or save_now or self.step == target or interrupted:
                     self._read_pending()  # waits for the device; raises NonFiniteLossError for a bad step
                 seconds = time.perf_counter() - started  # the step alone: evaluation and checkpoints are not in it
@@ -462,12 +478,15 @@ class Trainer:
                         bar.write(f"step {self.step}: " + ", ".join(f"{k} {v:.4g}" for k, v in scores.items()))
                 if record:
                     self.history.records.append({"step": self.step, **record})
-                if save_now:
-                    self.save_checkpoint()
+                if save_last:
+                    self.save_checkpoint()  # written before train() returns or raises
+                elif save_now:
+                    self._start_checkpoint()  # written in the background while the next steps train
                 if interrupted:
                     self._stop_on_ctrl_c()
         except BaseException:
             self._close_stream()
+            self._finish_checkpoint(raise_error=False)
             raise
         finally:
             for signum, handler in previous_handlers.items():
@@ -669,6 +688,7 @@ class Trainer:
         if not bad:
             return
         self.optimizer.zero_grad(set_to_none=True)
+        self._finish_checkpoint()  # the checkpoint of a good step still being written, so it can be named
         self._pending.clear()
         self._all_finite.fill_(True)
         self.step = step - 1
@@ -804,17 +824,48 @@ class Trainer:
         }
 
     def save_checkpoint(self) -> Path:
-        """Write out_dir/checkpoint-{step}.pt atomically (rank 0) and prune to keep_checkpoints; returns the path."""
+        """Write out_dir/checkpoint-{step}.pt atomically (rank 0) and prune to keep_checkpoints; returns the path
+        once the file is written."""
+        path = self._start_checkpoint()
+        self._finish_checkpoint()
+        return path
+
+    def _start_checkpoint(self) -> Path:
+        """Copy the state off the live tensors and write it on a background thread, so that training goes on while
+        the file is written (a checkpoint of BERT-base with AdamW's state is 1.3 GB). One write at a time: the
+        previous one is finished first, and its error raised here."""
         if self.config.out_dir is None:
             raise ValueError("save_checkpoint() needs TrainingConfig.out_dir")
         state = self.state_dict()  # every rank takes part (RNG gather)
         path = Path(self.config.out_dir) / checkpoint.checkpoint_name(self.step)
+        self._finish_checkpoint()
         if self.is_main:
-            checkpoint.save_checkpoint(state, path)
-            checkpoint.prune_checkpoints(path.parent, self.config.keep_checkpoints, up_to=self.step)
+            state = _copied(state)  # the optimizer goes on updating the live tensors while the thread writes
+            self._writer = threading.Thread(target=self._write_checkpoint, args=(state, path, self.step),
+                                            name=f"bertlib checkpoint {self.step}")
+            self._writer.start()
         if self.world_size > 1:
             dist.barrier()
         return path
+
+    def _write_checkpoint(self, state: dict[str, Any], path: Path, step: int) -> None:
+        """On the writer thread: save atomically, then prune; an error is kept for _finish_checkpoint to raise."""
+        try:
+            checkpoint.save_checkpoint(state, path)
+            checkpoint.prune_checkpoints(path.parent, self.config.keep_checkpoints, up_to=step)
+        except BaseException as error:  # raised again on the training thread
+            self._write_error = error
+
+    def _finish_checkpoint(self, raise_error: bool = True) -> None:
+        """Wait for the checkpoint being written; raise its error (or, while another error is on its way, warn)."""
+        if self._writer is not None:
+            self._writer.join()
+            self._writer = None
+        error, self._write_error = self._write_error, None
+        if error is not None and raise_error:
+            raise error
+        if error is not None:
+            warnings.warn(f"a checkpoint could not be written: {error}", stacklevel=3)
 
     def load_checkpoint(self, path: str | Path) -> None:
         """Restore model, optimizer, scheduler, scaler, RNG states, data position and history from `path`."""
@@ -864,9 +915,10 @@ class Trainer:
         set_rng_state(state["rng"][self.rank], self.device)
 
     def close(self) -> None:
-        """Stop the batch workers, release the out_dir lock and leave the process group if this Trainer created it
-        (end of a script)."""
+        """Finish the checkpoint being written, stop the batch workers, release the out_dir lock and leave the
+        process group if this Trainer created it (end of a script)."""
         self._close_stream()
+        self._finish_checkpoint()
         if self._lock is not None:
             self._lock.release()
         if self._owns_process_group and dist.is_initialized():

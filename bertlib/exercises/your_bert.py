@@ -180,8 +180,8 @@ def with_encoder(task_model: nn.Module, encoder: YourBertModel) -> nn.Module:
 class YourMasking:
     """A collator that pads a batch (bertlib's MaskingCollator.pad) and masks it with the learner's `mask_tokens`.
 
-    The masks are drawn from torch's global generator, whose state the Trainer keeps in every checkpoint, so a
-    resumed run draws the masks the uninterrupted one would have drawn.
+    The masks are drawn from torch's global generator, which the Trainer seeds for each batch from its place in
+    the data, so a resumed run draws the masks the uninterrupted one would have drawn.
     """
 
     def __init__(self, tokenizer: Any, mask_tokens: Any):

@@ -111,9 +111,9 @@ def prediction_positions(mlm_labels: torch.Tensor, slots: int) -> torch.Tensor:
 class MaskingCollator:
     """Pads instances into a batch and masks it for MLM, with tensor operations on the whole batch.
 
-    Randomness comes from torch's global generator, so a resumed run (whose Trainer restores torch's
-    RNG state) draws the same masks as an uninterrupted one. Returns the keyword arguments of
-    BertForPreTraining: input_ids, token_type_ids, attention_mask, mlm_labels, nsp_labels, and with
+    Randomness comes from torch's global generator, so a resumed run draws the same masks as an uninterrupted
+    one (the Trainer seeds it for each training batch from the batch's place in the data). Returns the keyword
+    arguments of BertForPreTraining: input_ids, token_type_ids, attention_mask, mlm_labels, nsp_labels, and with
     fixed_positions mlm_positions (see `prediction_positions`). CPU work runs on one intra-op thread (see
     `_one_thread`).
     """

@@ -19,9 +19,18 @@ Leaves out: GPUs not in PEAK_TFLOPS (give the figure with --peak-tflops), and me
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 
-from bertlib.model.config import BertConfig
+
+class BertSizes(Protocol):
+    """What the FLOP count reads of a model's config (bertlib's BertConfig has it; training imports no model)."""
+
+    hidden_size: int
+    num_layers: int
+    intermediate_size: int
+    vocab_size: int
 
 # (a piece of torch.cuda.get_device_name, {precision: dense TFLOP/s}); the first match wins, so variants come first.
 PEAK_TFLOPS: list[tuple[str, dict[str, float]]] = [
@@ -48,7 +57,7 @@ def peak_tflops(device: torch.device | str, precision: str) -> float | None:
     return None
 
 
-def bert_flops_per_token(config: BertConfig, seq_len: int, predicted_share: float) -> float:
+def bert_flops_per_token(config: BertSizes, seq_len: int, predicted_share: float) -> float:
     """Training FLOPs per input token of BertForPreTraining (forward and backward), nanoGPT's way (see above)."""
     if seq_len < 1 or not 0 <= predicted_share <= 1:
         raise ValueError(f"need seq_len >= 1 and 0 <= predicted_share <= 1, got {seq_len}, {predicted_share}")

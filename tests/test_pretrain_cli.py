@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import statistics
 
 import pandas as pd
 import pytest
@@ -235,3 +237,15 @@ def test_a_vocabulary_without_mask_is_one_line_naming_the_file(corpus, tmp_path)
     vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "river", "garden"]) + "\n")
     with pytest.raises(SystemExit, match=r"vocab.txt: the vocabulary lacks \[MASK\]"):
         run(corpus, vocab, tmp_path / "run")
+
+
+def test_the_speed_line_gives_the_median_and_the_mfu_of_the_peak_given(corpus, vocab, tmp_path, capsys):
+    assert run(corpus, vocab, tmp_path / "run", "--peak-tflops", "0.5") == 0
+    speed = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("speed: "))
+    median, tflops, used = re.search(r"median ([\d,]+) tokens/s.*; ([\d.e+-]+) TFLOP/s, MFU ([\d.]+)% of 0.5 ",
+                                     speed).groups()
+    assert float(used) == pytest.approx(float(tflops) / 0.5 * 100, rel=0.05)  # MFU is the TFLOP/s over the peak
+    rates = pd.read_csv(tmp_path / "run" / "history.csv")["tokens_per_s"].tolist()
+    assert float(median.replace(",", "")) == pytest.approx(statistics.median(rates), abs=1)
+    with pytest.raises(SystemExit, match="--peak-tflops must be a finite number > 0"):
+        run(corpus, vocab, tmp_path / "other", "--peak-tflops", "0")

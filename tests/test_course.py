@@ -334,3 +334,18 @@ def test_the_gpu_cells_budget_follows_bertlib_gpu_minutes_and_refuses_a_bad_valu
         monkeypatch.setenv("BERTLIB_GPU_MINUTES", bad)
         with pytest.raises(ValueError, match=rf"BERTLIB_GPU_MINUTES='{bad}': .* above 0, .*own 15\)"):
             course.gpu_minutes(15)
+
+
+def test_both_gpu_cells_take_their_budget_from_gpu_minutes():
+    """The README's promise: BERTLIB_GPU_MINUTES sets the budget of 06's and 07's GPU cells."""
+    import json
+
+    from bertlib.course.session import NOTEBOOKS
+
+    paths = sorted(NOTEBOOKS.glob("0[67]_*.ipynb"))
+    assert len(paths) == 2
+    for path in paths:
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        sources = ["".join(cell["source"]) for cell in cells if cell["cell_type"] == "code"]
+        budgets = [line.strip() for s in sources for line in s.splitlines() if line.startswith("GPU_MINUTES =")]
+        assert budgets and all(line.startswith("GPU_MINUTES = course.gpu_minutes(") for line in budgets), path.name

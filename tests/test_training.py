@@ -26,7 +26,7 @@ from ddp_worker import (
 from torch import nn
 
 from bertlib import BertConfig, BertForSequenceClassification
-from bertlib.pretraining.mlm import pretraining_metrics
+from bertlib.pretraining.mlm import prediction_positions, pretraining_metrics
 from bertlib.training.checkpoint import latest_checkpoint, load_checkpoint
 from bertlib.training.config import TrainingConfig
 from bertlib.training.history import History
@@ -185,10 +185,8 @@ def test_pretraining_metrics_agree_for_sparse_dense_and_fixed_positions():
     model = pretrainer(dropout=False).eval()
     torch.manual_seed(3)
     batch = masking_collate(pretraining_data(4))
-    chosen = batch["mlm_labels"] != -100
-    width = int(chosen.sum(1).max()) + 2  # two more slots than the fullest row: every row ends in -1s
-    order = (~chosen).int().argsort(dim=1, stable=True)[:, :width]
-    fixed = {**batch, "mlm_positions": order.masked_fill(~chosen.gather(1, order), -1)}
+    width = int((batch["mlm_labels"] != -100).sum(1).max()) + 2  # two more slots than the fullest row: -1s end it
+    fixed = {**batch, "mlm_positions": prediction_positions(batch["mlm_labels"], width)}
     with torch.no_grad():
         outputs = [model(**batch), model(**batch, sparse_mlm=False), model(**fixed)]
     assert outputs[2].mlm_logits.shape[:2] == fixed["mlm_positions"].shape

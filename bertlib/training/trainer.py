@@ -610,10 +610,6 @@ class Trainer:
         if self.scaler:
             self.scaler.step(self.optimizer)  # skips the update, on the device, if a gradient overflowed
             self.scaler.update()
-            self.optimizer.zero_grad(set_to_none=True)
-            if not self._read_pending():
-                self.skipped_steps += 1
-                return False
         elif self._read_each_step:
             self._read_pending()  # raises before the update if the step went wrong
             self.optimizer.step()
@@ -624,6 +620,9 @@ class Trainer:
             self.optimizer.step()
             del self.optimizer.found_inf
         self.optimizer.zero_grad(set_to_none=True)
+        if self.scaler and not self._read_pending():  # fp16 reads every step: did the scaler skip this one?
+            self.skipped_steps += 1
+            return False
         self.scheduler.step()
         return True
 

@@ -14,7 +14,7 @@ from bertlib.pretraining import run as pretraining_run
 from bertlib.text.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
 from bertlib.text.wordpiece_trainer import train_wordpiece
 from bertlib.training import time_budget
-from bertlib.training.checkpoint import list_checkpoints
+from bertlib.training.checkpoint import list_checkpoints, load_checkpoint
 from bertlib.training.history import History
 
 TOPICS = ["river", "garden", "engine", "market", "winter", "library", "harbor", "forest"]
@@ -249,3 +249,33 @@ def test_the_speed_line_gives_the_median_and_the_mfu_of_the_peak_given(corpus, v
     assert float(median.replace(",", "")) == pytest.approx(statistics.median(rates), abs=1)
     with pytest.raises(SystemExit, match="--peak-tflops must be a finite number > 0"):
         run(corpus, vocab, tmp_path / "other", "--peak-tflops", "0")
+
+
+def test_sentence_pairs_come_in_length_grouped_batches_and_a_resume_keeps_their_batching(corpus, vocab, tmp_path,
+                                                                                         capsys):
+    out = tmp_path / "run"
+    assert run(corpus, vocab, out, "--objective", "mlm+nsp", "--short-seq-prob", "0.5") == 0
+    said = capsys.readouterr().out
+    grouped, shuffled = map(float, re.search(r"batches: grouped by length, ([\d.]+)% of their tokens padding "
+                                             r"\(random batches: ([\d.]+)%\)", said).groups())
+    assert grouped < shuffled
+    sampler = load_checkpoint(list_checkpoints(out)[-1])["sampler"]
+    assert sampler["sampler"] == "LengthGroupedBatchSampler" and sampler["batch_size"] == 4
+    with pytest.raises(SystemExit, match="came in length-grouped batches, now random ones"):
+        run(corpus, vocab, out, "--objective", "mlm+nsp", "--short-seq-prob", "0.5", "--no-group", steps="4")
+    assert list_checkpoints(out)[-1].name == "checkpoint-3.pt"
+
+    assert run(corpus, vocab, tmp_path / "random", "--objective", "mlm+nsp", "--short-seq-prob", "0.5",
+               "--no-group") == 0
+    assert f"batches: random (--no-group), {shuffled:.1f}% of their tokens padding" in capsys.readouterr().out
+    assert load_checkpoint(list_checkpoints(tmp_path / "random")[-1])["sampler"]["sampler"] == "RandomBatchSampler"
+    assert run(corpus, vocab, tmp_path / "windows") == 0  # packed windows fill every row: nothing to group
+    assert "batches:" not in capsys.readouterr().out
+
+
+def test_compile_and_runs_recorded_before_the_flag_keep_random_batches():
+    groups = pretraining_run.groups_by_length
+    assert groups({"objective": "mlm+nsp", "no_group": False, "compile": False})
+    assert not groups({"objective": "mlm+nsp", "no_group": False, "compile": True})  # one shape for the graph
+    assert not groups({"objective": "mlm+nsp", "compile": False})  # a run.json from before --no-group
+    assert not groups({"objective": "mlm", "no_group": False, "compile": False})  # packed windows

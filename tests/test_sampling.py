@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from bertlib.training.sampling import BatchSampler, LengthGroupedBatchSampler, RandomBatchSampler, sequential_batches
+from bertlib.training.sampling import (
+    BatchSampler,
+    LengthGroupedBatchSampler,
+    RandomBatchSampler,
+    padding_share,
+    sequential_batches,
+)
 
 
 def epoch_batches(sampler, epoch: int = 0) -> list[list[int]]:
@@ -89,3 +95,20 @@ def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="bucket_batches"):
         LengthGroupedBatchSampler([1, 2], 2, bucket_batches=0)
     assert sequential_batches(5, 2) == [[0, 1], [2, 3], [4]]
+
+
+def test_padding_share_counts_the_pad_tokens_of_each_batch_padded_to_its_longest():
+    lengths = [10, 4, 6, 6, 3]
+    # [10, 4]: 20 slots for 14 tokens; [6, 6]: none padded; [3]: none padded
+    assert padding_share(lengths, [[0, 1], [2, 3], [4]]) == pytest.approx(1 - 29 / 35)
+    assert padding_share(lengths, [[0], [1], [2, 3]]) == 0.0
+    assert padding_share(lengths, []) == 0.0
+
+
+def test_length_grouped_batches_of_mostly_full_pairs_pad_far_less_than_random_ones():
+    # like BERT's sentence pairs: most fill the 128 tokens, a few short ones (short_seq_prob) are scattered
+    rng = np.random.default_rng(0)
+    lengths = np.where(rng.random(4000) < 0.85, 128, rng.integers(10, 128, 4000))
+    random_share = padding_share(lengths, RandomBatchSampler(len(lengths), 32, seed=0))
+    grouped_share = padding_share(lengths, LengthGroupedBatchSampler(lengths, 32, seed=0))
+    assert grouped_share < random_share / 3

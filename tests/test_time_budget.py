@@ -12,6 +12,7 @@ from ddp_worker import classification_data, classifier, stack
 
 from bertlib.training import time_budget
 from bertlib.training.config import TrainingConfig
+from bertlib.training.sampling import RandomBatchSampler
 from bertlib.training.time_budget import StepBudget, fit_steps_to_budget, steps_in_budget, time_steps
 
 
@@ -102,3 +103,34 @@ def test_evaluations_and_checkpoints_are_paid_for_inside_the_budget(tmp_path):
     alone = fit_steps_to_budget(classifier(), config(), classification_data(8), stack, seconds=60, probe_steps=2,
                                 clock=ticking(3.0))
     assert alone.steps == 40 and "evaluation" not in alone.line()
+
+
+class RecordingSampler(RandomBatchSampler):
+    """Random batches that note each batch they hand out, in the object that hands it out."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.handed = []
+
+    def __iter__(self):
+        for batch in super().__iter__():
+            self.handed.append(batch)
+            yield batch
+
+
+def test_the_probe_draws_the_batches_of_the_sampler_given_from_a_copy_of_it():
+    sampler = RecordingSampler(16, batch_size=4, seed=3)
+    taken = []
+    real_init = time_budget.Trainer.__init__
+
+    def spy(self, *args, batch_sampler=None, **kwargs):
+        taken.append(batch_sampler)
+        real_init(self, *args, batch_sampler=batch_sampler, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(time_budget.Trainer, "__init__", spy)
+        fit_steps_to_budget(classifier(), config(), classification_data(16), stack, seconds=60, probe_steps=2,
+                            batch_sampler=sampler, clock=ticking(1.0))
+    assert len(taken) == 1 and isinstance(taken[0], RecordingSampler) and taken[0] is not sampler
+    assert len(taken[0].handed) >= 3 and sampler.handed == []  # warm-up and timed steps; the run's own is untouched
+    assert taken[0].handed[:3] == list(RandomBatchSampler(16, batch_size=4, seed=3))[:3]

@@ -44,6 +44,11 @@ CPU, gpu on a GPU), and a flag given on the command line wins over it. Each run 
 
     python -m bertlib.pretrain --corpus data/corpus --out runs/cpu --minutes 4     # notebook 06's CPU run
 
+Sentence pairs are padded to the longest pair of their batch, and come in batches of pairs of like length
+(bertlib.training.sampling.LengthGroupedBatchSampler): most pairs fill --seq-len, so most batches need no
+padding and no attention mask. The run prints the share of padding left, beside that of random batches;
+--no-group gives random batches, and so does --compile, whose graph is made for one shape.
+
 Vocabularies trained here merge the most frequent pair (`--vocab-score frequency`, as the tokenizers
 library's trainer does), which keeps frequent words whole; `likelihood` is notebook 02's first score.
 
@@ -105,7 +110,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--dropout", type=float, default=None, help="(recipe)")
     parser.add_argument("--dense-mlm", action="store_true",
                         help="run the MLM head at every position (slower; the default runs it at masked ones)")
-    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the model (sentence pairs then come in random batches: one shape)")
+    parser.add_argument("--no-group", action="store_true",
+                        help="random batches of sentence pairs instead of length-grouped ones (more padding)")
     parser.add_argument("--workers", type=int, default=None,
                         help="processes that collate batches ahead of the model (default: 2 on a CUDA GPU, else 0)")
     parser.add_argument("--peak-tflops", type=float, default=None,

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
@@ -196,6 +197,11 @@ class PretrainingDataset(Dataset):
     def __getitem__(self, index: int) -> PretrainingInstance:
         return self.instances[index]
 
+    @property
+    def lengths(self) -> np.ndarray:
+        """Tokens per pair, [CLS] and both [SEP]s included: what a length-grouped batch sampler sorts by."""
+        return np.array([len(x.tokens_a) + len(x.tokens_b) + 3 for x in self.instances], dtype=np.int64)
+
     def num_tokens(self) -> int:
         """Tokens over all instances, special tokens included."""
-        return sum(len(x.tokens_a) + len(x.tokens_b) + 3 for x in self.instances)
+        return int(self.lengths.sum())

@@ -55,6 +55,7 @@ from bertlib.training.config import TrainingConfig
 from bertlib.training.history import History
 from bertlib.training.lock import RunLock, RunLockedError
 from bertlib.training.precision import precision_line
+from bertlib.training.sampling import BatchSampler, LengthGroupedBatchSampler, RandomBatchSampler, padding_share
 from bertlib.training.throughput import bert_flops_per_token, mfu, peak_tflops
 from bertlib.training.time_budget import fit_steps_to_budget
 from bertlib.training.trainer import NonFiniteLossError, Trainer, interrupted_line
@@ -130,6 +131,9 @@ def check_resume(out: Path, args: dict[str, Any]) -> list[str]:
     unused = ("vocab_size", "vocab_score") if args.get("vocab") else ()  # a given --vocab is not trained here
     changed = [f"{_flag(k)} was {saved.get(k)!r}, now {args[k]!r}" for k in FIXED_PRETRAIN_ARGS
                if k not in unused and saved.get(k) != args[k]]
+    if groups_by_length(saved) != groups_by_length(args):
+        changed.append(f"its sentence pairs came in {_batches(saved)} batches, now {_batches(args)} ones "
+                       "(--no-group and --compile decide)")
     if changed:
         raise PretrainError(f"{out} holds a run with other settings; use another --out or the same arguments:\n  "
                             + "\n  ".join(changed))
@@ -137,6 +141,36 @@ def check_resume(out: Path, args: dict[str, Any]) -> list[str]:
         return [f"--steps was {saved.get('steps')}, now {args['steps']}: the learning rate now decays to 0 at "
                 f"step {args['steps']}"]
     return []
+
+
+def groups_by_length(args: dict[str, Any]) -> bool:
+    """Whether a run's sentence pairs come in length-grouped batches: with --objective mlm+nsp, unless --no-group or
+    --compile (whose graph is made for one shape). A run recorded before the flag existed had random ones."""
+    return args["objective"] == "mlm+nsp" and not args.get("no_group", True) and not args.get("compile")
+
+
+def _batches(args: dict[str, Any]) -> str:
+    """How a run's sentence pairs are batched, in words."""
+    return "length-grouped" if groups_by_length(args) else "random"
+
+
+def pair_batches(train: Dataset, args: argparse.Namespace) -> tuple[BatchSampler | None, str | None]:
+    """The batch sampler of the run (None: the Trainer's random batches) and a line that says what its padding
+    costs (None for packed windows, which all fill --seq-len). Sentence pairs are padded to the longest of
+    their batch; grouping pairs of similar length cuts that padding, and a batch of pairs that all fill
+    --seq-len needs no attention mask, so sdpa may pick its flash kernel (transformers' group_by_length;
+    MosaicBERT removes the padding inside the model instead)."""
+    if args.objective != "mlm+nsp":
+        return None, None
+    lengths = train.lengths
+    random_padding = padding_share(lengths, RandomBatchSampler(len(lengths), args.batch_size, args.seed))
+    if not groups_by_length(vars(args)):
+        why = "--compile: one shape for its graph" if args.compile else "--no-group"
+        return None, f"batches: random ({why}), {random_padding:.1%} of their tokens padding"
+    grouped = LengthGroupedBatchSampler(lengths, args.batch_size, seed=args.seed)
+    full = sum(bool((lengths[batch] == args.seq_len).all()) for batch in grouped) / len(grouped)
+    return grouped, (f"batches: grouped by length, {padding_share(lengths, grouped):.1%} of their tokens padding "
+                     f"(random batches: {random_padding:.1%}); {full:.0%} of them are full (no attention mask)")
 
 
 def check_same_corpus(out: Path, corpus: str, corpus_sha256: str) -> None:
@@ -320,11 +354,14 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
         raise PretrainError(str(error)) from None
     train, evaluation, _ = build_datasets(texts, tokenizer, args, show_progress=is_main and args.progress)
     check_batches(train, args, world_size)
+    batch_sampler, batches_line = pair_batches(train, args)
     if is_main:
         eval_note = f", {len(evaluation)} held out" if evaluation is not None else ""
         unit = "sentence pairs" if args.objective == "mlm+nsp" else f"packed windows of {args.seq_len} tokens"
         print(f"corpus: {len(texts)} documents of {source} -> {len(train)} {unit} ({train.num_tokens():,} tokens)"
               f"{eval_note}; vocabulary {tokenizer.vocab_size} from {shown_path(vocab_path)}")
+        if batches_line:
+            print(batches_line)
 
     torch.manual_seed(args.seed)
     config = BertConfig.preset(args.config, vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_id,
@@ -341,12 +378,13 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
     if args.steps is None or (args.minutes is not None and latest_checkpoint(out) is None):
         budget = fit_steps_to_budget(model, training, train, collate, seconds=args.minutes * 60,
                                      maximum=args.steps, probe_steps=PROBE_STEPS, metrics_fn=pretraining_metrics,
-                                     eval_dataset=evaluation)
+                                     eval_dataset=evaluation, batch_sampler=batch_sampler)
         if is_main:
             print(f"--minutes {args.minutes:g}: {budget.line()}")
         args.steps = settings["steps"] = budget.steps
         training = dataclasses.replace(training, max_steps=budget.steps)
-    trainer = Trainer(model, training, train, collate, eval_dataset=evaluation, metrics_fn=pretraining_metrics)
+    trainer = Trainer(model, training, train, collate, eval_dataset=evaluation, metrics_fn=pretraining_metrics,
+                      batch_sampler=batch_sampler)
     try:
         trainer.train(stop_at=0)  # resumes from the newest checkpoint, or refuses it, before run.json is written
     except ValueError as error:  # a checkpoint of other settings (a lost or replaced run.json): nothing recorded

@@ -6,6 +6,7 @@
     sampler.set_shard(rank, world_size)   # once, by the Trainer
     sampler.set_epoch(epoch)              # before each epoch: a new draw, the same in every process
     for batch in sampler: ...             # lists of dataset indices, this process's share of the epoch
+    padding_share(lengths, sampler)       # the share of an epoch's tokens that padding would take
 
 The Trainer draws its batches from one of these (`Trainer(..., batch_sampler=...)`), so it knows how many
 batches an epoch has in each process and can count epochs, resume mid-epoch by skipping batches, and refuse
@@ -26,7 +27,7 @@ Leaves out: samplers over iterable (streaming) datasets, weighted or class-balan
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -160,6 +161,18 @@ class LengthGroupedBatchSampler(_EpochAndShard):
         return {"sampler": type(self).__name__, "num_examples": len(self.lengths), "batch_size": self.batch_size,
                 "bucket_batches": self.bucket_batches, "seed": self.seed, "shuffle": self.shuffle,
                 "lengths_sha256": digest}
+
+
+def padding_share(lengths: Sequence[int], batches: Iterable[Sequence[int]]) -> float:
+    """The share of the tokens in `batches` that are padding, each batch padded to its longest example: what
+    length grouping saves (0.0 for no batches)."""
+    lengths = np.asarray(lengths)
+    real = padded = 0
+    for batch in batches:
+        batch_lengths = lengths[np.asarray(batch, dtype=np.int64)]
+        real += int(batch_lengths.sum())
+        padded += int(batch_lengths.max(initial=0)) * len(batch_lengths)
+    return 1 - real / padded if padded else 0.0
 
 
 def sequential_batches(num_examples: int, batch_size: int) -> list[list[int]]:

@@ -47,6 +47,7 @@ from torch.utils.data import Dataset
 from bertlib.training.config import TrainingConfig
 from bertlib.training.devices import local_rank, pick_device
 from bertlib.training.rng import rng_state, set_rng_state
+from bertlib.training.sampling import BatchSampler
 from bertlib.training.trainer import Trainer
 
 
@@ -121,18 +122,20 @@ def time_steps(model: nn.Module, config: TrainingConfig, train_dataset: Dataset,
     Under torchrun (WORLD_SIZE > 1) it joins the process group if nobody has (the caller leaves it at the end,
     dist.destroy_process_group) and returns the slowest process's time, the same number in every process.
     """
-    return _probe(model, config, train_dataset, collate_fn, probe_steps, metrics_fn, None, clock)[0]
+    return _probe(model, config, train_dataset, collate_fn, probe_steps, metrics_fn, None, None, clock)[0]
 
 
 def _probe(model: nn.Module, config: TrainingConfig, train_dataset: Dataset,
            collate_fn: Callable[[list[Any]], Any] | None, probe_steps: int,
            metrics_fn: Callable[..., dict[str, float]] | None, eval_dataset: Dataset | None,
-           clock: Callable[[], float]) -> tuple[float, float, float]:
+           batch_sampler: BatchSampler | None, clock: Callable[[], float]) -> tuple[float, float, float]:
     """(seconds per step, per evaluation, per checkpoint) on a throwaway copy; 0 for no eval set or no out_dir.
 
     The warm-up is one step, or two with torch.compile (the first compiles, the second must not recompile);
     with compile an evaluation also runs once untimed (eval mode compiles a graph of its own). The checkpoint
-    is written to a temporary folder, and the slowest process's times are taken under torchrun.
+    is written to a temporary folder, and the slowest process's times are taken under torchrun. The probe
+    draws its batches from a copy of `batch_sampler` (None: the Trainer's random batches), so it pays for the
+    padding the run will pay for.
     """
     if probe_steps < 1:
         raise ValueError(f"probe_steps must be >= 1, got {probe_steps}")
@@ -143,7 +146,8 @@ def _probe(model: nn.Module, config: TrainingConfig, train_dataset: Dataset,
     probe_config = dataclasses.replace(
         config, max_steps=warm_up + probe_steps, epochs=None, warmup_steps=0, out_dir=None, resume=False,
         eval_every=None, checkpoint_every=None, progress=False)
-    probe = Trainer(copy.deepcopy(model), probe_config, train_dataset, collate_fn, metrics_fn=metrics_fn)
+    probe = Trainer(copy.deepcopy(model), probe_config, train_dataset, collate_fn, metrics_fn=metrics_fn,
+                    batch_sampler=copy.deepcopy(batch_sampler))
     evaluation = checkpoint = 0.0
     try:
         probe.train(stop_at=warm_up)  # allocations, kernels, compilation, worker start: not timed
@@ -190,13 +194,14 @@ def fit_steps_to_budget(model: nn.Module, config: TrainingConfig, train_dataset:
                         collate_fn: Callable[[list[Any]], Any] | None = None, *, seconds: float, minimum: int = 1,
                         maximum: int | None = None, probe_steps: int = 5,
                         metrics_fn: Callable[..., dict[str, float]] | None = None,
-                        eval_dataset: Dataset | None = None,
+                        eval_dataset: Dataset | None = None, batch_sampler: BatchSampler | None = None,
                         clock: Callable[[], float] = time.perf_counter) -> StepBudget:
     """Time a probe and return how many steps of `config` fit in `seconds` together with the run's evaluations
-    (on eval_dataset, every config.eval_every steps and at the end) and checkpoints (with an out_dir)."""
+    (on eval_dataset, every config.eval_every steps and at the end) and checkpoints (with an out_dir), on the
+    batches of `batch_sampler` (give the one the Trainer will get)."""
     seconds = check_seconds(seconds)
     per_step, evaluation, saving = _probe(model, config, train_dataset, collate_fn, probe_steps, metrics_fn,
-                                          eval_dataset, clock)
+                                          eval_dataset, batch_sampler, clock)
     per_step = max(per_step, 1e-9)  # a clock too coarse to see the probe: as fast as it gets
     # Each evaluation and checkpoint at the end, and one every eval_every / checkpoint_every steps, spread per step.
     at_end = evaluation + saving

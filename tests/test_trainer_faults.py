@@ -84,25 +84,40 @@ def test_a_non_finite_loss_stops_at_once_and_keeps_the_last_good_checkpoint(tmp_
     assert all(torch.isfinite(v).all() for v in state["model"].values() if v.is_floating_point())
 
 
-def test_skipped_fp16_steps_do_not_advance_the_schedule():
-    cfg = quiet(max_steps=4, batch_size=4, lr=1e-3, warmup_steps=2)
-    trainer = Trainer(classifier(), cfg, classification_data(16), stack)
-    trainer.scaler = torch.amp.GradScaler("cpu")  # what fp16 on a GPU uses, here on fp32 CPU gradients
-    overflows = {"left": 2}
+def test_skipped_fp16_steps_count_as_steps_and_are_read_only_when_logging():
+    """GradScaler's skipped updates cost no read per step: the step and the schedule go on, AdamW's count does not."""
+    trainers = []
+    for log_every in (1, 4):
+        trainer = Trainer(classifier(), quiet(max_steps=4, batch_size=4, lr=1e-3, warmup_steps=2, log_every=log_every),
+                          classification_data(16), stack)
+        trainer.scaler = torch.amp.GradScaler("cpu")  # what fp16 on a GPU uses, here on fp32 CPU gradients
+        overflows = {"left": 2}
 
-    def overflow(grad):  # the first two backward passes overflow, as fp16 gradients do at a too-large scale
-        if overflows["left"]:
-            overflows["left"] -= 1
-            return grad * math.inf
-        return grad
+        def overflow(grad, overflows=overflows):  # the first two backward passes overflow, as fp16 ones do at first
+            if overflows["left"]:
+                overflows["left"] -= 1
+                return grad * math.inf
+            return grad
 
-    trainer.model.classifier.weight.register_hook(overflow)
-    history = trainer.train()
-    assert trainer.skipped_steps == 2
-    adam_steps = {int(s["step"]) for s in trainer.optimizer.state_dict()["state"].values()}
-    assert adam_steps == {4} and trainer.scheduler.last_epoch == 4 == trainer.step
-    assert [r["lr"] for r in history.records] == pytest.approx([1e-3 * linear_warmup_decay(s, 2, 4) for s in range(4)])
-    assert history.records[-1]["skipped_steps"] == trainer.skipped_steps
+        trainer.model.classifier.weight.register_hook(overflow)
+        read, reads = trainer._read_pending, []
+        trainer._read_pending = lambda read=read, reads=reads, trainer=trainer: (reads.append(len(trainer._pending)),
+                                                                                 read())[1]
+        trainer.train()
+        assert trainer.skipped_steps == 2 and trainer.step == 4 == trainer.scheduler.last_epoch
+        assert {int(s["step"]) for s in trainer.optimizer.state_dict()["state"].values()} == {2}
+        trainers.append((trainer, [n for n in reads if n]))
+    (every_step, reads_each), (logged, reads_logged) = trainers
+    records = every_step.history.records
+    assert [r["lr"] for r in records] == pytest.approx([1e-3 * linear_warmup_decay(s, 2, 4) for s in range(4)])
+    assert [r["skipped_steps"] for r in records] == [1, 2, 2, 2]
+    assert ["grad_norm" in r for r in records] == [False, False, True, True]  # an overflow's norm is no number
+    assert all(math.isfinite(r["loss"]) for r in records) and reads_each == [1, 1, 1, 1]
+    assert reads_logged == [4] and logged.history.records[-1]["skipped_steps"] == 2
+    finite_norms = [records[2]["grad_norm"], records[3]["grad_norm"]]
+    assert logged.history.records[-1]["grad_norm"] == pytest.approx(sum(finite_norms) / 2)
+    for name, tensor in every_step.model.state_dict().items():
+        torch.testing.assert_close(logged.model.state_dict()[name], tensor, atol=0, rtol=0, msg=name)
 
 
 def test_resume_refuses_other_settings_and_reports_more_steps(tmp_path):
@@ -317,6 +332,29 @@ def test_a_non_finite_loss_found_on_a_logging_step_rolls_back_to_the_step_before
         pytest.fail("the very first step failed: the test then compares nothing, raise the steps before it")
     reference = Trainer(pretrainer(), quiet(max_steps=12, log_every=1, **settings), data, masking_collate)
     reference.train(stop_at=failed - 1)
+    for name, tensor in reference.model.state_dict().items():
+        torch.testing.assert_close(trainer.model.state_dict()[name], tensor, atol=0, rtol=0, msg=name)
+
+
+def test_under_gradscaler_no_update_follows_a_non_finite_loss_until_the_host_reads_it():
+    """One batch's loss is NaN (step 3 of 6, read at step 6): steps 4 to 6 are good, yet they update nothing."""
+    settings = dict(max_steps=6, batch_size=4, lr=1e-3, warmup_steps=0, shuffle=False)
+    data = classification_data(24)
+    trainer = Trainer(classifier(), quiet(log_every=6, **settings), data, stack)
+    trainer.scaler = torch.amp.GradScaler("cpu")
+    forward_passes = {"count": 0}
+
+    def nan_on_the_third(module, inputs, output):
+        forward_passes["count"] += 1
+        return output * math.nan if forward_passes["count"] == 3 else output
+
+    trainer.model.classifier.register_forward_hook(nan_on_the_third)
+    with pytest.raises(NonFiniteLossError, match="step 3: loss is nan"):
+        trainer.train()
+    assert forward_passes["count"] == 6 and trainer.step == 2 == trainer.scheduler.last_epoch
+    reference = Trainer(classifier(), quiet(**settings), data, stack)
+    reference.scaler = torch.amp.GradScaler("cpu")
+    reference.train(stop_at=2)
     for name, tensor in reference.model.state_dict().items():
         torch.testing.assert_close(trainer.model.state_dict()[name], tensor, atol=0, rtol=0, msg=name)
 

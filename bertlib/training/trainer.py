@@ -34,15 +34,18 @@ Waiting on the GPU. A step queues its numbers (losses, metrics, gradient norm, t
 host reads them only when it needs them: on logging steps, before an evaluation or a checkpoint, and at the end,
 so the CPU prepares step n+1 while the GPU still computes step n (as nanoGPT syncs only when it logs). AdamW is
 the fused kernel where torch has one for the device (CUDA, and CPU from torch 2.4): one kernel for all
-parameters, which can also skip an update on the device (found_inf) when a step went wrong. Three cases read
-once per step: fp16 (whether GradScaler skipped the update decides if the step counts), several processes
-(they must agree when to stop on Ctrl-C) and an optimizer without the fused kernel (it checks before updating).
+parameters, which can also skip an update on the device (found_inf) when a step went wrong. fp16 reads nothing
+either: GradScaler hands the fused kernel its overflow flag, and a skipped update still counts as a step. Two
+cases read once per step: several processes (they must agree when to stop on Ctrl-C) and an optimizer without
+the fused kernel (it checks before updating).
 
 Faults. A non-finite loss (or gradient norm, without fp16 loss scaling) stops the run naming the step: from
 that step on, every update is skipped on the device until the host reads the numbers, so the weights, AdamW's
 state, the step count and the schedule stay as they were after the last good step (the data position does
-not go back); no checkpoint is written or pruned after it. fp16 steps that GradScaler skips (overflowing
-gradients) are not counted: the step, the schedule and AdamW's step count all advance together. Ctrl-C, or
+not go back); no checkpoint is written or pruned after it (under fp16, a step after a non-finite loss gets NaN
+gradients, which GradScaler skips). fp16 steps that GradScaler skips (overflowing gradients, mostly in the first
+steps while it finds its scale) still count, as in PyTorch's AMP recipe and nanoGPT: the step and the schedule
+advance, AdamW's own step count does not, and `skipped_steps` counts them (logged). Ctrl-C, or
 SIGTERM (a scheduler's or `docker stop`'s), finishes the current step, saves a checkpoint and raises
 KeyboardInterrupt (the same signal twice stops at once).
 Checkpoints every checkpoint_every steps are copied off the live tensors and written by a background thread
@@ -67,7 +70,7 @@ micro-steps (no_sync), and only rank 0 shows progress and writes checkpoints. Ev
 round-robin to processes and averages over all of them.
 
 References: AdamW (Loshchilov & Hutter 2019); BERT's recipe (Devlin et al. 2019, google-research/bert
-optimization.py); transformers' Trainer (skipped fp16 steps, token-count loss normalisation).
+optimization.py); transformers' Trainer (token-count loss normalisation).
 
 Leaves out: iterable (streaming) datasets, gradient checkpointing, FSDP/ZeRO sharding, multi-node
 rendezvous details (torchrun handles them), early stopping and learning-rate finders.
@@ -302,16 +305,17 @@ class Trainer:
         self.optimizer = _adamw(param_groups(self.model, config.weight_decay), config)
         self._fused = bool(self.optimizer.defaults["fused"])
         # Read each step's numbers at once where the next step depends on them (see "Waiting on the GPU" above).
-        self._read_each_step = self.precision == "fp16" or self.world_size > 1 or not self._fused
+        self._read_each_step = self.world_size > 1 or not self._fused
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_multiplier)
         self.scaler = torch.amp.GradScaler("cuda") if self.precision == "fp16" else None
 
         self.step = 0  # optimizer updates done
         self.epoch = 0  # current pass over the data
         self.position = 0  # micro-batches of this epoch already consumed
-        self.skipped_steps = 0  # fp16 updates GradScaler skipped (overflowing gradients), not counted in step
+        self.skipped_steps = 0  # fp16 updates GradScaler skipped (overflowing gradients), as of the last read
         self.history = History()
-        self._window: dict[str, float] = {}  # sums over the steps since the last record, "steps" counts them
+        # Sums over the steps since the last record: "steps" counts them, "overflowed" those without a grad_norm.
+        self._window: dict[str, float] = {}
         # Steps not yet read: (step, numbers the host knows (lr, tokens), names, numbers on the device).
         self._pending: list[tuple[int, dict[str, float], list[str], torch.Tensor]] = []
         self._all_finite = torch.ones((), dtype=torch.bool, device=self.device)  # False from a bad step on
@@ -448,25 +452,22 @@ class Trainer:
         try:
             while self.step < target:
                 started = time.perf_counter()
-                counted = self._train_step(batches)
-                if counted:
-                    self.step += 1
-                    bar.update(1)
+                self._train_step(batches)
+                self.step += 1
+                bar.update(1)
                 at_end = self.step == total
                 interrupted = self._peers_stop if self.world_size > 1 else self._interrupt_requested
-                log_now = counted and (self.step % cfg.log_every == 0 or at_end)
-                evaluate_now = counted and self.eval_dataset is not None and (
+                log_now = self.step % cfg.log_every == 0 or at_end
+                evaluate_now = self.eval_dataset is not None and (
                     at_end or (cfg.eval_every is not None and self.step % cfg.eval_every == 0))
-                save_last = counted and cfg.out_dir is not None and (at_end or self.step == target or interrupted)
-                save_now = save_last or (counted and cfg.out_dir is not None and cfg.checkpoint_every is not None
+                save_last = cfg.out_dir is not None and (at_end or self.step == target or interrupted)
+                save_now = save_last or (cfg.out_dir is not None and cfg.checkpoint_every is not None
                                          and self.step % cfg.checkpoint_every == 0)
                 if log_now or evaluate_now or save_now or self.step == target or interrupted:
                     self._read_pending()  # waits for the device; raises NonFiniteLossError for a bad step
                 seconds = time.perf_counter() - started  # the step alone: evaluation and checkpoints are not in it
                 self._window["seconds"] = self._window.get("seconds", 0.0) + seconds
                 self.totals["seconds"] += seconds
-                if not counted:  # fp16 overflow: GradScaler skipped the update
-                    continue
                 record: dict[str, float] = {}
                 if log_now:
                     record.update(self._flush_window())
@@ -560,11 +561,8 @@ class Trainer:
             "run another out_dir, move or delete those checkpoints to start over, or set resume=True to continue "
             "that run")
 
-    def _train_step(self, batches: Iterator[Batch]) -> bool:
-        """One optimizer update over accumulation_steps micro-batches; queues its numbers (over all processes).
-
-        Returns False when GradScaler skipped the update (fp16 overflow): nothing advances then.
-        """
+    def _train_step(self, batches: Iterator[Batch]) -> None:
+        """One optimizer update over accumulation_steps micro-batches; queues its numbers (over all processes)."""
         cfg = self.config
         micro_batches = [next(batches) for _ in range(cfg.accumulation_steps)]
         counts = [{**_label_counts(batch), TOKENS: _token_count(batch)} for batch in micro_batches]
@@ -590,7 +588,9 @@ class Trainer:
                     raise ValueError(f"micro-batch {index + 1} of step {self.step + 1} has no target to predict "
                                      f"(label counts {count})")
                 loss = loss * self.world_size  # DDP averages gradients over processes; the weights sum to 1 overall
-                (self.scaler.scale(loss) if self.scaler else loss).backward()
+                if self.scaler:  # after a non-finite loss, NaN gradients: GradScaler skips every update from there
+                    loss = self.scaler.scale(loss) * torch.where(self._all_finite, 1.0, math.nan)
+                loss.backward()
             if self.metrics_fn is not None:
                 with torch.no_grad():
                     for key, value in self.metrics_fn(batch, output).items():
@@ -607,24 +607,23 @@ class Trainer:
         known = {"lr": self.optimizer.param_groups[0]["lr"], "tokens": float(totals[TOKENS])}
         self._pending.append((self.step + 1, known, keys, numbers))
 
+        checked = [numbers[i] for i, key in enumerate(keys)  # an fp16 overflow is GradScaler's to handle
+                   if key.endswith("loss") or (key == "grad_norm" and self.scaler is None)]
+        self._all_finite &= torch.stack(checked).isfinite().all()
         if self.scaler:
-            self.scaler.step(self.optimizer)  # skips the update, on the device, if a gradient overflowed
+            self.scaler.step(self.optimizer)  # skips the update, on the device, if a gradient is not finite
             self.scaler.update()
+            if self._read_each_step:
+                self._read_pending()
         elif self._read_each_step:
             self._read_pending()  # raises before the update if the step went wrong
             self.optimizer.step()
         else:
-            checked = [numbers[i] for i, key in enumerate(keys) if key.endswith("loss") or key == "grad_norm"]
-            self._all_finite &= torch.stack(checked).isfinite().all()
             self.optimizer.found_inf = (~self._all_finite).float()  # fused AdamW: no update once a step went wrong
             self.optimizer.step()
             del self.optimizer.found_inf
         self.optimizer.zero_grad(set_to_none=True)
-        if self.scaler and not self._read_pending():  # fp16 reads every step: did the scaler skip this one?
-            self.skipped_steps += 1
-            return False
         self.scheduler.step()
-        return True
 
     def _global_totals(self, counts: list[dict[str, int]]) -> dict[str, int]:
         """Each count key summed over the step's micro-batches and over every process."""
@@ -653,14 +652,15 @@ class Trainer:
             packed[len(loss_keys): -1] /= self.world_size  # metrics and grad_norm (the same on every rank)
         return keys, packed
 
-    def _read_pending(self) -> bool:
+    def _read_pending(self) -> None:
         """Read the queued steps' numbers from the device (the one wait) into the window and the totals.
 
         Raises NonFiniteLossError for the first step whose loss (or gradient norm, without loss scaling) is not
-        finite. Returns False when GradScaler skipped the last step (an fp16 overflow), whose numbers are dropped.
+        finite. A step whose update GradScaler skipped (an fp16 overflow) is counted in skipped_steps, and its
+        infinite gradient norm is left out of the window's mean.
         """
         if not self._pending:
-            return True
+            return
         flat = torch.cat([numbers for *_, numbers in self._pending]).tolist()
         pending, self._pending = self._pending, []
         start = 0
@@ -670,13 +670,14 @@ class Trainer:
             self._check_finite(step, numbers)
             self._peers_stop = numbers.pop("interrupted", 0.0) > 0
             if self.scaler is not None and not math.isfinite(numbers["grad_norm"]):
-                return False  # the scaler skipped it: only the fp16 path gets here, with one step pending
+                self.skipped_steps += 1
+                del numbers["grad_norm"]
+                self._window["overflowed"] = self._window.get("overflowed", 0.0) + 1
             numbers.update(known)
             self.totals["tokens"] += numbers["tokens"]
             for key, value in numbers.items():
                 self._window[key] = self._window.get(key, 0.0) + value
             self._window["steps"] = self._window.get("steps", 0.0) + 1
-        return True
 
     def _check_finite(self, step: int, numbers: dict[str, float]) -> None:
         """Stop if the loss, or the gradient norm without loss scaling, is NaN or infinite: the updates from this
@@ -716,10 +717,12 @@ class Trainer:
         so evaluation, checkpoints, a pause between train() calls or a resume never enter it)."""
         window, self._window = self._window, {}
         steps = window.pop("steps")
+        overflowed = window.pop("overflowed", 0.0)  # steps without a grad_norm: it is not in the window when all are
         tokens = window.pop("tokens", 0.0)
         elapsed = window.pop("seconds", 0.0)
         record = {"epoch": self.epoch + self.position / len(self.batch_sampler)}
-        record.update({key: value / steps for key, value in window.items()})
+        record.update({key: value / (steps - overflowed if key == "grad_norm" else steps)
+                       for key, value in window.items()})
         if tokens > 0 and elapsed > 0:
             record["tokens_per_s"] = tokens / elapsed
         if self.scaler is not None:

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from ddp_worker import (
@@ -356,6 +357,27 @@ def test_a_batch_without_padding_reaches_sdpa_without_a_mask_and_counts_every_to
     masks.clear()
     Trainer(classifier(), quiet(max_steps=1, batch_size=8), padded, stack).train()
     assert masks and all(mask is not None for mask in masks)  # padding still masked
+
+
+class Measured(list):
+    """A list of examples with the `lengths` that bertlib's datasets give."""
+
+    def __init__(self, items, lengths):
+        super().__init__(items)
+        self.lengths = np.asarray(lengths)
+
+
+def test_under_compile_only_data_of_one_length_leaves_its_masks_out():
+    """One graph per run: a full batch among padded ones keeps its mask; packed windows never carry one."""
+    padded, full = stack(classification_data(4)), stack(classification_data(4))
+    full["attention_mask"] = torch.ones_like(full["attention_mask"])
+    data = classification_data(4)
+    for compile_, dataset, kept in [(False, data, False), (True, Measured(data, [8, 8, 8, 8]), False),
+                                    (True, Measured(data, [8, 5, 8, 3]), True), (True, data, True)]:
+        trainer = Trainer(classifier(), quiet(max_steps=1, batch_size=4, compile=compile_), dataset,
+                          stack)  # torch.compile compiles on the first call only: nothing runs here
+        assert ("attention_mask" in trainer._to_device(full)) is kept, (compile_, getattr(dataset, "lengths", None))
+        assert "attention_mask" in trainer._to_device(padded)
 
 
 def test_resume_refuses_a_different_data_order(tmp_path):

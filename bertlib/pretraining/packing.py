@@ -20,6 +20,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+import numpy as np
 from torch.utils.data import Dataset
 
 
@@ -62,6 +63,11 @@ class PackedDataset(Dataset):
 
     def __len__(self) -> int:
         return len(self.windows)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Tokens per window: all the same, so a batch never needs padding (or, on a GPU, an attention mask)."""
+        return np.array([len(window["input_ids"]) for window in self.windows], dtype=np.int64)
 
     def __getitem__(self, index: int) -> dict[str, list[int]]:
         return self.windows[index]

@@ -324,6 +324,11 @@ class Trainer:
         self._started = False
         self._interrupt_requested = False
         self._stream: Iterator[Batch] | None = None  # the training micro-batches, from (epoch, position) on
+        # Whether an all-ones attention mask is left out (_to_device). Under compile only where every example has
+        # the same length (the dataset's `lengths`, as packed windows have): a full batch among padded ones would
+        # otherwise compile a second graph in the middle of the run.
+        lengths = getattr(train_dataset, "lengths", None)
+        self._drop_full_masks = not config.compile or (lengths is not None and len(np.unique(lengths)) == 1)
         self._writer: threading.Thread | None = None  # the checkpoint being written in the background
         self._write_error: BaseException | None = None  # what stopped it, raised on the training thread
 
@@ -420,9 +425,13 @@ class Trainer:
     def _to_device(self, batch: Batch) -> Batch:
         """Move a collated batch's tensors to the training device, leaving out an attention_mask without padding
         (packed windows): a model given none may use sdpa's flash kernel, which a mask rules out, and the check
-        runs here on the CPU, where it costs no wait on the GPU. Tokens are then counted from input_ids."""
+        runs here on the CPU, where it costs no wait on the GPU. Tokens are then counted from input_ids.
+
+        Under torch.compile a batch with a mask and one without are two graphs, so there masks are left out only
+        where no batch can have padding (see _drop_full_masks)."""
         mask = batch.get("attention_mask")
-        if isinstance(mask, torch.Tensor) and mask.device.type == "cpu" and bool(mask.all()):
+        if (self._drop_full_masks and isinstance(mask, torch.Tensor) and mask.device.type == "cpu"
+                and bool(mask.all())):
             batch = {k: v for k, v in batch.items() if k != "attention_mask"}
         return {k: v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v
                 for k, v in batch.items()}

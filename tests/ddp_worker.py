@@ -8,10 +8,12 @@ eval scores and the final weights to OUT.pt, for the test to compare with one pr
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 from bertlib import BertConfig, BertForPreTraining, BertForSequenceClassification
 from bertlib.training.config import TrainingConfig
@@ -103,6 +105,32 @@ DDP_SETTINGS = dict(max_steps=6, lr=1e-3, warmup_steps=2, log_every=1, eval_ever
 MLM_SETTINGS = dict(max_steps=2, lr=1e-3, warmup_steps=0, shuffle=False, log_every=1, progress=False)
 
 
+def interrupted_on_rank_1(out_dir: Path, data: list[dict[str, torch.Tensor]]) -> tuple[list[int], list[int]]:
+    """Ctrl-C in process 1 only, during step 2 of 8, logging every 3 steps: every process's step when it stopped,
+    and how many queued steps each of process 0's reads of the device found."""
+    trainer = Trainer(classifier(), TrainingConfig(batch_size=2, max_steps=8, log_every=3, checkpoint_every=100,
+                                                   out_dir=out_dir, progress=False), data, stack)
+    step, read, reads = trainer._train_step, trainer._read_pending, []
+
+    def step_with_ctrl_c(batches):
+        if trainer.rank == 1 and trainer.step == 1:
+            trainer._interrupt_requested = True
+        step(batches)
+
+    def counted_read():
+        if trainer._pending:
+            reads.append(len(trainer._pending))
+        read()
+
+    trainer._train_step, trainer._read_pending = step_with_ctrl_c, counted_read
+    with contextlib.suppress(KeyboardInterrupt):  # raised in every process, after the same step
+        trainer.train()
+    stopped = [torch.zeros(1, dtype=torch.long) for _ in range(trainer.world_size)]
+    dist.all_gather(stopped, torch.tensor([trainer.step]))
+    trainer.close()
+    return [int(s) for s in stopped], reads
+
+
 def main(out_path: str) -> None:
     """Train with batch 2 x 2 accumulation steps per process for 1.5 epochs (6 steps), stopping at step 3 and
     resuming with a new Trainer (other init, other RNG state: the checkpoint must win); then 2 MLM steps on
@@ -121,9 +149,11 @@ def main(out_path: str) -> None:
     mlm = Trainer(pretrainer(dropout=False), TrainingConfig(batch_size=2, accumulation_steps=2, **MLM_SETTINGS),
                   fixed_mask_data(16), stack)
     mlm_history = mlm.train()
+    stopped, reads = interrupted_on_rank_1(Path(out_path).parent / "ddp-stop", data)
     if resumed.is_main:
         torch.save({"records": history.records, "weights": resumed.model.state_dict(),
-                    "mlm_records": mlm_history.records, "mlm_weights": mlm.model.state_dict()}, out_path)
+                    "mlm_records": mlm_history.records, "mlm_weights": mlm.model.state_dict(),
+                    "stopped": stopped, "reads": reads}, out_path)
     resumed.close()
     first.close()
 

@@ -505,6 +505,10 @@ def test_ddp_two_processes_match_one_and_resume(tmp_path):
     assert state["world_size"] == 2 and len(state["rng"]) == 2
     assert not torch.equal(state["rng"][0]["torch"], state["rng"][1]["torch"])  # each rank's own stream
 
+    # Ctrl-C in process 1 during step 2: read with the numbers of step 3 (a logging step), so both stop after 4
+    assert ddp["stopped"] == [4, 4] and ddp["reads"] == [3, 1]  # no read of the device between logging steps
+    assert sorted(p.name for p in (tmp_path / "ddp-stop").iterdir()) == ["checkpoint-4.pt"]
+
     mlm = Trainer(pretrainer(dropout=False), quiet(batch_size=8, **MLM_SETTINGS), fixed_mask_data(16), stack)
     mlm_history = mlm.train()  # uneven mask counts across processes: the loss is a mean over all of them
     for key in ("loss", "mlm_loss", "nsp_loss", "grad_norm"):

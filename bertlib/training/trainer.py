@@ -35,9 +35,9 @@ host reads them only when it needs them: on logging steps, before an evaluation 
 so the CPU prepares step n+1 while the GPU still computes step n (as nanoGPT syncs only when it logs). AdamW is
 the fused kernel where torch has one for the device (CUDA, and CPU from torch 2.4): one kernel for all
 parameters, which can also skip an update on the device (found_inf) when a step went wrong. fp16 reads nothing
-either: GradScaler hands the fused kernel its overflow flag, and a skipped update still counts as a step. Two
-cases read once per step: several processes (they must agree when to stop on Ctrl-C) and an optimizer without
-the fused kernel (it checks before updating).
+either: GradScaler hands the fused kernel its overflow flag, and a skipped update still counts as a step. Nor
+do several processes: each step's numbers are all-reduced on the device, and the processes read them on the
+same steps. Only an optimizer without the fused kernel reads once per step (it checks before updating).
 
 Faults. A non-finite loss (or gradient norm, without fp16 loss scaling) stops the run naming the step: from
 that step on, every update is skipped on the device until the host reads the numbers, so the weights, AdamW's
@@ -47,7 +47,9 @@ gradients, which GradScaler skips). fp16 steps that GradScaler skips (overflowin
 steps while it finds its scale) still count, as in PyTorch's AMP recipe and nanoGPT: the step and the schedule
 advance, AdamW's own step count does not, and `skipped_steps` counts them (logged). Ctrl-C, or
 SIGTERM (a scheduler's or `docker stop`'s), finishes the current step, saves a checkpoint and raises
-KeyboardInterrupt (the same signal twice stops at once).
+KeyboardInterrupt (the same signal twice stops at once); under several processes, whose request rides with the
+step's numbers, all of them stop together one step after the next read (a logging, evaluation or checkpoint
+step).
 Checkpoints every checkpoint_every steps are copied off the live tensors and written by a background thread
 while the next steps train (one write at a time; a failed write is raised at the next checkpoint or at the end);
 the last checkpoint of a train() call is written before it returns.
@@ -305,7 +307,7 @@ class Trainer:
         self.optimizer = _adamw(param_groups(self.model, config.weight_decay), config)
         self._fused = bool(self.optimizer.defaults["fused"])
         # Read each step's numbers at once where the next step depends on them (see "Waiting on the GPU" above).
-        self._read_each_step = self.world_size > 1 or not self._fused
+        self._read_each_step = not self._fused
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_multiplier)
         self.scaler = torch.amp.GradScaler("cuda") if self.precision == "fp16" else None
 
@@ -521,7 +523,8 @@ class Trainer:
             signal.signal(signum, previous[signum])
             if self.is_main:
                 name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-                print(f"\n{name}: stopping after this step" + (", with a checkpoint" if self.config.out_dir else "")
+                when = "this step" if self.world_size == 1 else "the next logging step, with every process"
+                print(f"\n{name}: stopping after {when}" + (", with a checkpoint" if self.config.out_dir else "")
                       + f" ({name} again stops at once)", file=sys.stderr, flush=True)
 
         for signum in previous:
@@ -589,7 +592,7 @@ class Trainer:
                 for name, (value, key) in _loss_terms(output, count).items():
                     if count[key] == 0:
                         continue  # a micro-batch without targets for this loss adds nothing to it
-                    share = count[key] / totals[key]
+                    share = count[key] / totals[key]  # a float, or a device tensor under DDP
                     weighted = value.float() * share
                     losses[name] = losses.get(name, 0.0) + weighted.detach()
                     loss = weighted if loss is None else loss + weighted
@@ -613,7 +616,7 @@ class Trainer:
         max_norm = cfg.grad_clip if cfg.grad_clip is not None else math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         keys, numbers = self._reduce(losses, metrics, grad_norm)
-        known = {"lr": self.optimizer.param_groups[0]["lr"], "tokens": float(totals[TOKENS])}
+        known = {"lr": self.optimizer.param_groups[0]["lr"], "tokens": totals[TOKENS]}
         self._pending.append((self.step + 1, known, keys, numbers))
 
         checked = [numbers[i] for i, key in enumerate(keys)  # an fp16 overflow is GradScaler's to handle
@@ -634,15 +637,16 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
 
-    def _global_totals(self, counts: list[dict[str, int]]) -> dict[str, int]:
-        """Each count key summed over the step's micro-batches and over every process."""
+    def _global_totals(self, counts: list[dict[str, int]]) -> dict[str, int | torch.Tensor]:
+        """Each count key summed over the step's micro-batches and over every process: ints in one process,
+        float32 device scalars under DDP (all-reduced there and never read by the host, which would wait)."""
         keys = sorted(counts[0])
         local = [sum(count[key] for count in counts) for key in keys]
-        if self.world_size > 1:
-            packed = torch.tensor(local, dtype=torch.float64, device=self.device)
-            dist.all_reduce(packed)
-            local = [round(value) for value in packed.tolist()]
-        return dict(zip(keys, local, strict=True))
+        if self.world_size == 1:
+            return dict(zip(keys, local, strict=True))
+        packed = torch.tensor(local, dtype=torch.float64).to(self.device, non_blocking=True)
+        dist.all_reduce(packed)
+        return dict(zip(keys, packed.float().unbind(), strict=True))
 
     def _reduce(self, losses: dict[str, torch.Tensor], metrics: dict[str, torch.Tensor],
                 grad_norm: torch.Tensor) -> tuple[list[str], torch.Tensor]:
@@ -682,7 +686,7 @@ class Trainer:
                 self.skipped_steps += 1
                 del numbers["grad_norm"]
                 self._window["overflowed"] = self._window.get("overflowed", 0.0) + 1
-            numbers.update(known)
+            numbers.update({key: float(value) for key, value in known.items()})
             self.totals["tokens"] += numbers["tokens"]
             for key, value in numbers.items():
                 self._window[key] = self._window.get(key, 0.0) + value

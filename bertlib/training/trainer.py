@@ -164,6 +164,13 @@ def _token_count(batch: Batch) -> int:
     return 0
 
 
+def _one_length(dataset: Dataset) -> bool:
+    """Whether the dataset says (through `lengths`, as bertlib's datasets do) that all its examples are as long,
+    as packed windows are, so that no batch of it is ever padded."""
+    lengths = getattr(dataset, "lengths", None)
+    return lengths is not None and len(np.unique(lengths)) == 1
+
+
 def _adamw(groups: list[dict[str, Any]], config: TrainingConfig) -> torch.optim.AdamW:
     """AdamW with torch's fused kernel where the parameters' device has one (CUDA; CPU from torch 2.4), which is
     several times faster than the per-tensor loop (6x for BERT-mini's update on a CPU); the plain one elsewhere."""
@@ -327,10 +334,8 @@ class Trainer:
         self._interrupt_requested = False
         self._stream: Iterator[Batch] | None = None  # the training micro-batches, from (epoch, position) on
         # Whether an all-ones attention mask is left out (_to_device). Under compile only where every example has
-        # the same length (the dataset's `lengths`, as packed windows have): a full batch among padded ones would
-        # otherwise compile a second graph in the middle of the run.
-        lengths = getattr(train_dataset, "lengths", None)
-        self._drop_full_masks = not config.compile or (lengths is not None and len(np.unique(lengths)) == 1)
+        # the same length: a full batch among padded ones would otherwise compile a second graph mid-run.
+        self._drop_full_masks = not config.compile or _one_length(train_dataset)
         self._writer: threading.Thread | None = None  # the checkpoint being written in the background
         self._write_error: BaseException | None = None  # what stopped it, raised on the training thread
 

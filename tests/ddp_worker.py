@@ -105,24 +105,32 @@ DDP_SETTINGS = dict(max_steps=6, lr=1e-3, warmup_steps=2, log_every=1, eval_ever
 MLM_SETTINGS = dict(max_steps=2, lr=1e-3, warmup_steps=0, shuffle=False, log_every=1, progress=False)
 
 
+def count_reads(trainer: Trainer) -> list[int]:
+    """Make `trainer` note, at each read of the device that finds queued steps, how many it finds (the list)."""
+    read, reads = trainer._read_pending, []
+
+    def counted_read() -> None:
+        if trainer._pending:
+            reads.append(len(trainer._pending))
+        read()
+
+    trainer._read_pending = counted_read
+    return reads
+
+
 def interrupted_on_rank_1(out_dir: Path, data: list[dict[str, torch.Tensor]]) -> tuple[list[int], list[int]]:
     """Ctrl-C in process 1 only, during step 2 of 8, logging every 3 steps: every process's step when it stopped,
     and how many queued steps each of process 0's reads of the device found."""
     trainer = Trainer(classifier(), TrainingConfig(batch_size=2, max_steps=8, log_every=3, checkpoint_every=100,
                                                    out_dir=out_dir, progress=False), data, stack)
-    step, read, reads = trainer._train_step, trainer._read_pending, []
+    step, reads = trainer._train_step, count_reads(trainer)
 
     def step_with_ctrl_c(batches):
         if trainer.rank == 1 and trainer.step == 1:
             trainer._interrupt_requested = True
         step(batches)
 
-    def counted_read():
-        if trainer._pending:
-            reads.append(len(trainer._pending))
-        read()
-
-    trainer._train_step, trainer._read_pending = step_with_ctrl_c, counted_read
+    trainer._train_step = step_with_ctrl_c
     with contextlib.suppress(KeyboardInterrupt):  # raised in every process, after the same step
         trainer.train()
     stopped = [torch.zeros(1, dtype=torch.long) for _ in range(trainer.world_size)]

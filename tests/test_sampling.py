@@ -10,6 +10,7 @@ from bertlib.training.sampling import (
     BatchSampler,
     LengthGroupedBatchSampler,
     RandomBatchSampler,
+    padding_report,
     padding_share,
     sequential_batches,
 )
@@ -112,3 +113,11 @@ def test_length_grouped_batches_of_mostly_full_pairs_pad_far_less_than_random_on
     random_share = padding_share(lengths, RandomBatchSampler(len(lengths), 32, seed=0))
     grouped_share = padding_share(lengths, LengthGroupedBatchSampler(lengths, 32, seed=0))
     assert grouped_share < random_share / 3
+
+
+def test_padding_report_sets_the_batches_beside_random_ones_and_counts_those_without_padding():
+    lengths = [8, 8, 8, 8, 3, 5]
+    report = padding_report(lengths, [[0, 1], [2, 3], [4, 5]], batch_size=2)
+    random_share = padding_share(lengths, RandomBatchSampler(6, 2, seed=0))
+    assert report == (f"{1 - 40 / 42:.1%} of their tokens padding (random batches: {random_share:.1%}); "
+                      "67% of them have none (no attention mask)")

@@ -14,6 +14,7 @@ import torch
 from ddp_worker import (
     classification_data,
     classifier,
+    count_reads,
     fixed_mask_data,
     masking_collate,
     pretrainer,
@@ -100,13 +101,11 @@ def test_skipped_fp16_steps_count_as_steps_and_are_read_only_when_logging():
             return grad
 
         trainer.model.classifier.weight.register_hook(overflow)
-        read, reads = trainer._read_pending, []
-        trainer._read_pending = lambda read=read, reads=reads, trainer=trainer: (reads.append(len(trainer._pending)),
-                                                                                 read())[1]
+        reads = count_reads(trainer)
         trainer.train()
         assert trainer.skipped_steps == 2 and trainer.step == 4 == trainer.scheduler.last_epoch
         assert {int(s["step"]) for s in trainer.optimizer.state_dict()["state"].values()} == {2}
-        trainers.append((trainer, [n for n in reads if n]))
+        trainers.append((trainer, reads))
     (every_step, reads_each), (logged, reads_logged) = trainers
     records = every_step.history.records
     assert [r["lr"] for r in records] == pytest.approx([1e-3 * linear_warmup_decay(s, 2, 4) for s in range(4)])
@@ -361,15 +360,7 @@ def test_under_gradscaler_no_update_follows_a_non_finite_loss_until_the_host_rea
 
 def test_the_host_reads_the_device_on_logging_steps_only():
     trainer = Trainer(classifier(), quiet(max_steps=8, batch_size=4, log_every=4), classification_data(16), stack)
-    read = trainer._read_pending
-    queued: list[int] = []
-
-    def counting_read():
-        if trainer._pending:
-            queued.append(len(trainer._pending))
-        return read()
-
-    trainer._read_pending = counting_read
+    queued = count_reads(trainer)
     history = trainer.train()
     assert queued == [4, 4]  # two reads, four steps each
     assert [r["step"] for r in history.records] == [4, 8] and all(math.isfinite(r["loss"]) for r in history.records)

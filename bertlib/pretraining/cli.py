@@ -45,8 +45,9 @@ CPU, gpu on a GPU), and a flag given on the command line wins over it. Each run 
     python -m bertlib.pretrain --corpus data/corpus --out runs/cpu --minutes 4     # notebook 06's CPU run
 
 Sentence pairs are padded to the longest pair of their batch, and come in batches of pairs of like length
-(bertlib.training.sampling.LengthGroupedBatchSampler): most pairs fill --seq-len, so most batches need no
-padding and no attention mask. The run prints the share of padding left, beside that of random batches;
+(bertlib.training.sampling.LengthGroupedBatchSampler): pairs are built up to --seq-len and then truncated, so
+pairs that fill it are common, and a batch of them needs no padding and no attention mask. The run prints
+the share of padding left, beside that of random batches, and the share of batches with none;
 --no-group gives random batches, and so does --compile, whose graph is made for one shape.
 
 Vocabularies trained here merge the most frequent pair (`--vocab-score frequency`, as the tokenizers

@@ -55,7 +55,13 @@ from bertlib.training.config import TrainingConfig
 from bertlib.training.history import History
 from bertlib.training.lock import RunLock, RunLockedError
 from bertlib.training.precision import precision_line
-from bertlib.training.sampling import BatchSampler, LengthGroupedBatchSampler, RandomBatchSampler, padding_share
+from bertlib.training.sampling import (
+    BatchSampler,
+    LengthGroupedBatchSampler,
+    RandomBatchSampler,
+    padding_report,
+    padding_share,
+)
 from bertlib.training.throughput import bert_flops_per_token, mfu, peak_tflops
 from bertlib.training.time_budget import fit_steps_to_budget
 from bertlib.training.trainer import NonFiniteLossError, Trainer, interrupted_line
@@ -163,14 +169,12 @@ def pair_batches(train: Dataset, args: argparse.Namespace) -> tuple[BatchSampler
     if args.objective != "mlm+nsp":
         return None, None
     lengths = train.lengths
-    random_padding = padding_share(lengths, RandomBatchSampler(len(lengths), args.batch_size, args.seed))
     if not groups_by_length(vars(args)):
         why = "--compile: one shape for its graph" if args.compile else "--no-group"
-        return None, f"batches: random ({why}), {random_padding:.1%} of their tokens padding"
+        shuffled = RandomBatchSampler(len(lengths), args.batch_size, args.seed)
+        return None, f"batches: random ({why}), {padding_share(lengths, shuffled):.1%} of their tokens padding"
     grouped = LengthGroupedBatchSampler(lengths, args.batch_size, seed=args.seed)
-    full = sum(bool((lengths[batch] == args.seq_len).all()) for batch in grouped) / len(grouped)
-    return grouped, (f"batches: grouped by length, {padding_share(lengths, grouped):.1%} of their tokens padding "
-                     f"(random batches: {random_padding:.1%}); {full:.0%} of them are full (no attention mask)")
+    return grouped, "batches: grouped by length, " + padding_report(lengths, grouped, args.batch_size, args.seed)
 
 
 def check_same_corpus(out: Path, corpus: str, corpus_sha256: str) -> None:

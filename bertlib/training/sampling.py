@@ -7,6 +7,7 @@
     sampler.set_epoch(epoch)              # before each epoch: a new draw, the same in every process
     for batch in sampler: ...             # lists of dataset indices, this process's share of the epoch
     padding_share(lengths, sampler)       # the share of an epoch's tokens that padding would take
+    padding_report(lengths, sampler, 32)  # that, beside random batches', in words
 
 The Trainer draws its batches from one of these (`Trainer(..., batch_sampler=...)`), so it knows how many
 batches an epoch has in each process and can count epochs, resume mid-epoch by skipping batches, and refuse
@@ -173,6 +174,17 @@ def padding_share(lengths: Sequence[int], batches: Iterable[Sequence[int]]) -> f
         real += int(batch_lengths.sum())
         padded += int(batch_lengths.max(initial=0)) * len(batch_lengths)
     return 1 - real / padded if padded else 0.0
+
+
+def padding_report(lengths: Sequence[int], batches: Iterable[Sequence[int]], batch_size: int, seed: int = 0) -> str:
+    """What `batches` (an epoch of a length-grouped sampler, say) pad, beside what random batches of batch_size
+    would pad, and the share of its batches with no padding at all: those need no attention mask."""
+    lengths = np.asarray(lengths)
+    batches = [np.asarray(batch, dtype=np.int64) for batch in batches]
+    unpadded = sum(lengths[batch].min() == lengths[batch].max() for batch in batches) / max(len(batches), 1)
+    random_share = padding_share(lengths, RandomBatchSampler(len(lengths), batch_size, seed))
+    return (f"{padding_share(lengths, batches):.1%} of their tokens padding (random batches: {random_share:.1%}); "
+            f"{unpadded:.0%} of them have none (no attention mask)")
 
 
 def sequential_batches(num_examples: int, batch_size: int) -> list[list[int]]:

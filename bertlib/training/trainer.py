@@ -325,8 +325,8 @@ class Trainer:
         self.history = History()
         # Sums over the steps since the last record: "steps" counts them, "overflowed" those without a grad_norm.
         self._window: dict[str, float] = {}
-        # Steps not yet read: (step, numbers the host knows (lr, tokens), names, numbers on the device).
-        self._pending: list[tuple[int, dict[str, float], list[str], torch.Tensor]] = []
+        # Steps not yet read: (step, lr and tokens (a device scalar under DDP), names, numbers on the device).
+        self._pending: list[tuple[int, dict[str, float | torch.Tensor], list[str], torch.Tensor]] = []
         self._all_finite = torch.ones((), dtype=torch.bool, device=self.device)  # False from a bad step on
         self._peers_stop = False  # under DDP: whether any process asked to stop (Ctrl-C), as of the last read
         self.totals = {"tokens": 0.0, "seconds": 0.0}  # over every training step of the run, resumes included

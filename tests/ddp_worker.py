@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
+import bertlib
 from bertlib import BertConfig, BertForPreTraining, BertForSequenceClassification
 from bertlib.training.config import TrainingConfig
 from bertlib.training.trainer import Trainer
@@ -105,33 +107,52 @@ DDP_SETTINGS = dict(max_steps=6, lr=1e-3, warmup_steps=2, log_every=1, eval_ever
 MLM_SETTINGS = dict(max_steps=2, lr=1e-3, warmup_steps=0, shuffle=False, log_every=1, progress=False)
 
 
-def count_reads(trainer: Trainer) -> list[int]:
-    """Make `trainer` note, at each read of the device that finds queued steps, how many it finds (the list)."""
-    read, reads = trainer._read_pending, []
+BERTLIB = Path(bertlib.__file__).resolve().parent
+HOST_SIDE = {BERTLIB / "training" / name for name in ("batches.py", "sampling.py")}  # CPU tensors only: no wait
+READS = ("item", "tolist", "numpy", "__float__", "__int__", "__bool__", "__index__")  # what copies a value to Python
 
-    def counted_read() -> None:
-        if trainer._pending:
-            reads.append(len(trainer._pending))
-        read()
 
-    trainer._read_pending = counted_read
-    return reads
+@contextlib.contextmanager
+def device_reads(trainer: Trainer) -> Iterator[list[int]]:
+    """Note every read of a tensor's value that bertlib's code makes, outside its batch work on the CPU, as the
+    step `trainer` had reached: on a GPU, each is a wait for the device. On a CPU nothing waits, so this is how a
+    test sees what a GPU run would wait for (a `float(loss)` added to the step shows up at every step)."""
+    reads: list[int] = []
+    originals = {name: getattr(torch.Tensor, name) for name in READS}
+
+    def counted(original):
+        def read(tensor, *args, **kwargs):
+            frame = sys._getframe(1)
+            while frame is not None and not frame.f_code.co_filename.startswith(str(BERTLIB)):
+                frame = frame.f_back  # torch's own frames, called from bertlib, count as bertlib's read
+            if frame is not None and Path(frame.f_code.co_filename) not in HOST_SIDE:
+                reads.append(trainer.step)
+            return original(tensor, *args, **kwargs)
+        return read
+
+    for name, original in originals.items():
+        setattr(torch.Tensor, name, counted(original))
+    try:
+        yield reads
+    finally:
+        for name, original in originals.items():
+            setattr(torch.Tensor, name, original)
 
 
 def interrupted_on_rank_1(out_dir: Path, data: list[dict[str, torch.Tensor]]) -> tuple[list[int], list[int]]:
     """Ctrl-C in process 1 only, during step 2 of 8, logging every 3 steps: every process's step when it stopped,
-    and how many queued steps each of process 0's reads of the device found."""
+    and the steps at which process 0 read a value from the device."""
     trainer = Trainer(classifier(), TrainingConfig(batch_size=2, max_steps=8, log_every=3, checkpoint_every=100,
                                                    out_dir=out_dir, progress=False), data, stack)
-    step, reads = trainer._train_step, count_reads(trainer)
+    step = trainer._train_step
 
-    def step_with_ctrl_c(batches):
+    def step_with_ctrl_c():
         if trainer.rank == 1 and trainer.step == 1:
-            trainer._interrupt_requested = True
-        step(batches)
+            trainer.stop.requested = True
+        step()
 
     trainer._train_step = step_with_ctrl_c
-    with contextlib.suppress(KeyboardInterrupt):  # raised in every process, after the same step
+    with device_reads(trainer) as reads, contextlib.suppress(KeyboardInterrupt):  # raised in every process
         trainer.train()
     stopped = [torch.zeros(1, dtype=torch.long) for _ in range(trainer.world_size)]
     dist.all_gather(stopped, torch.tensor([trainer.step]))

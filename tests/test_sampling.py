@@ -116,8 +116,8 @@ def test_length_grouped_batches_of_mostly_full_pairs_pad_far_less_than_random_on
 
 
 def test_padding_report_sets_the_batches_beside_random_ones_and_counts_those_without_padding():
-    lengths = [8, 8, 8, 8, 3, 5]
-    report = padding_report(lengths, [[0, 1], [2, 3], [4, 5]], batch_size=2)
-    random_share = padding_share(lengths, RandomBatchSampler(6, 2, seed=0))
-    assert report == (f"{1 - 40 / 42:.1%} of their tokens padding (random batches: {random_share:.1%}); "
-                      "67% of them have none (no attention mask)")
+    lengths = [8, 8, 8, 2]  # random batches of 4 hold all four, in any order: 6 pad tokens in 32 slots
+    report = padding_report(lengths, [[0, 1, 2], [3]], batch_size=4)  # grouped: no batch is padded
+    assert report == "0.0% of their tokens padding (random batches: 18.8%); 100% of them have none (no attention mask)"
+    report = padding_report([8, 8, 6, 8], [[0, 1], [2, 3]], batch_size=4)  # 2 pad tokens in 32; half the batches
+    assert report == "6.2% of their tokens padding (random batches: 6.2%); 50% of them have none (no attention mask)"

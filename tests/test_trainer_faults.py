@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import errno
 import math
 import os
@@ -14,7 +15,7 @@ import torch
 from ddp_worker import (
     classification_data,
     classifier,
-    count_reads,
+    device_reads,
     fixed_mask_data,
     masking_collate,
     pretrainer,
@@ -22,6 +23,7 @@ from ddp_worker import (
     stack,
 )
 
+from bertlib.training import trainer as trainer_module
 from bertlib.training.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint
 from bertlib.training.config import TrainingConfig
 from bertlib.training.lock import RunLockedError
@@ -42,6 +44,24 @@ def one_thread():
 def quiet(**kwargs) -> TrainingConfig:
     """A TrainingConfig with one record per step and no progress bar."""
     return TrainingConfig(**{"log_every": 1, "progress": False, **kwargs})
+
+
+@pytest.fixture
+def fp16_scaler(monkeypatch):
+    """Trainers built in the test get the gradient scaler of fp16 on a GPU, here on fp32 CPU gradients."""
+    monkeypatch.setattr(trainer_module, "loss_scaler", lambda precision, device: torch.amp.GradScaler("cpu"))
+
+
+def nan_on_forward(trainer: Trainer, count: int) -> dict[str, int]:
+    """Make the classifier's output NaN on its `count`-th forward pass (a bad batch); the passes are counted."""
+    passes = {"count": 0}
+
+    def hook(module, inputs, output):
+        passes["count"] += 1
+        return output * math.nan if passes["count"] == count else output
+
+    trainer.model.classifier.register_forward_hook(hook)
+    return passes
 
 
 def test_mlm_loss_is_normalised_by_the_step_s_predicted_tokens():
@@ -85,13 +105,13 @@ def test_a_non_finite_loss_stops_at_once_and_keeps_the_last_good_checkpoint(tmp_
     assert all(torch.isfinite(v).all() for v in state["model"].values() if v.is_floating_point())
 
 
+@pytest.mark.usefixtures("fp16_scaler")
 def test_skipped_fp16_steps_count_as_steps_and_are_read_only_when_logging():
     """GradScaler's skipped updates cost no read per step: the step and the schedule go on, AdamW's count does not."""
     trainers = []
     for log_every in (1, 4):
         trainer = Trainer(classifier(), quiet(max_steps=4, batch_size=4, lr=1e-3, warmup_steps=2, log_every=log_every),
                           classification_data(16), stack)
-        trainer.scaler = torch.amp.GradScaler("cpu")  # what fp16 on a GPU uses, here on fp32 CPU gradients
         overflows = {"left": 2}
 
         def overflow(grad, overflows=overflows):  # the first two backward passes overflow, as fp16 ones do at first
@@ -101,9 +121,9 @@ def test_skipped_fp16_steps_count_as_steps_and_are_read_only_when_logging():
             return grad
 
         trainer.model.classifier.weight.register_hook(overflow)
-        reads = count_reads(trainer)
-        trainer.train()
-        assert trainer.skipped_steps == 2 and trainer.step == 4 == trainer.scheduler.last_epoch
+        with device_reads(trainer) as reads:
+            trainer.train()
+        assert trainer.log.skipped_steps == 2 and trainer.step == 4 == trainer.scheduler.last_epoch
         assert {int(s["step"]) for s in trainer.optimizer.state_dict()["state"].values()} == {2}
         trainers.append((trainer, reads))
     (every_step, reads_each), (logged, reads_logged) = trainers
@@ -111,7 +131,7 @@ def test_skipped_fp16_steps_count_as_steps_and_are_read_only_when_logging():
     assert [r["lr"] for r in records] == pytest.approx([1e-3 * linear_warmup_decay(s, 2, 4) for s in range(4)])
     assert [r["skipped_steps"] for r in records] == [1, 2, 2, 2]
     assert ["grad_norm" in r for r in records] == [False, False, True, True]  # an overflow's norm is no number
-    assert all(math.isfinite(r["loss"]) for r in records) and reads_each == [1, 1, 1, 1]
+    assert all(math.isfinite(r["loss"]) for r in records) and reads_each == [1, 2, 3, 4]
     assert reads_logged == [4] and logged.history.records[-1]["skipped_steps"] == 2
     finite_norms = [records[2]["grad_norm"], records[3]["grad_norm"]]
     assert logged.history.records[-1]["grad_norm"] == pytest.approx(sum(finite_norms) / 2)
@@ -321,7 +341,7 @@ def test_a_non_finite_loss_found_on_a_logging_step_rolls_back_to_the_step_before
     settings = dict(batch_size=4, lr=1e9, warmup_steps=0, shuffle=False, seed=3)
     data = pretraining_data(16)
     trainer = Trainer(pretrainer(), quiet(max_steps=12, log_every=6, **settings), data, masking_collate)
-    assert trainer._fused and not trainer._read_each_step  # this test is about the path that reads late
+    assert trainer.update.fused and not trainer.update.reads_each_step  # this test is about the path that reads late
     with pytest.raises(NonFiniteLossError, match=r"step (\d+): ") as caught:
         trainer.train()
     failed = int(caught.value.args[0].split(":")[0].split()[1])
@@ -335,59 +355,60 @@ def test_a_non_finite_loss_found_on_a_logging_step_rolls_back_to_the_step_before
         torch.testing.assert_close(trainer.model.state_dict()[name], tensor, atol=0, rtol=0, msg=name)
 
 
+@pytest.mark.usefixtures("fp16_scaler")
 def test_under_gradscaler_no_update_follows_a_non_finite_loss_until_the_host_reads_it():
-    """One batch's loss is NaN (step 3 of 6, read at step 6): steps 4 to 6 are good, yet they update nothing."""
+    """One batch's loss is NaN (step 3 of 6, read at step 6): steps 4 to 6 are good, yet they update nothing, and
+    the loss scale is the one step 2 left (GradScaler would have halved it at each of steps 3 to 6)."""
     settings = dict(max_steps=6, batch_size=4, lr=1e-3, warmup_steps=0, shuffle=False)
     data = classification_data(24)
     trainer = Trainer(classifier(), quiet(log_every=6, **settings), data, stack)
-    trainer.scaler = torch.amp.GradScaler("cpu")
-    forward_passes = {"count": 0}
-
-    def nan_on_the_third(module, inputs, output):
-        forward_passes["count"] += 1
-        return output * math.nan if forward_passes["count"] == 3 else output
-
-    trainer.model.classifier.register_forward_hook(nan_on_the_third)
+    passes = nan_on_forward(trainer, 3)
     with pytest.raises(NonFiniteLossError, match="step 3: loss is nan"):
         trainer.train()
-    assert forward_passes["count"] == 6 and trainer.step == 2 == trainer.scheduler.last_epoch
+    assert passes["count"] == 6 and trainer.step == 2 == trainer.scheduler.last_epoch
     reference = Trainer(classifier(), quiet(**settings), data, stack)
-    reference.scaler = torch.amp.GradScaler("cpu")
     reference.train(stop_at=2)
     for name, tensor in reference.model.state_dict().items():
         torch.testing.assert_close(trainer.model.state_dict()[name], tensor, atol=0, rtol=0, msg=name)
+    assert trainer.scaler.state_dict() == reference.scaler.state_dict()
+    assert trainer.scaler.get_scale() == 2.0**16  # GradScaler's first scale: steps 1 and 2 did not overflow
 
 
 def test_the_host_reads_the_device_on_logging_steps_only():
     trainer = Trainer(classifier(), quiet(max_steps=8, batch_size=4, log_every=4), classification_data(16), stack)
-    queued = count_reads(trainer)
-    history = trainer.train()
-    assert queued == [4, 4]  # two reads, four steps each
+    with device_reads(trainer) as reads:
+        history = trainer.train()
+    assert reads == [4, 8]  # one read per logging step, none between them
     assert [r["step"] for r in history.records] == [4, 8] and all(math.isfinite(r["loss"]) for r in history.records)
 
 
 @pytest.mark.parametrize("saved_fused", [True, False])
 def test_adamw_state_moves_between_the_fused_and_the_plain_kernel(saved_fused):
-    """A checkpoint of a fused (GPU) run resumes with the plain kernel, and the other way round."""
-    from bertlib.training.trainer import _load_optimizer_state
+    """A checkpoint of a fused (GPU) run resumes with the plain kernel, and the other way round: the next update is
+    the one the saved moments give (a loss whose gradient depends on the weights, so that Adam's state matters)."""
+    from bertlib.training.resume import load_optimizer_state
+
+    inputs = torch.randn(8, 4, generator=torch.Generator().manual_seed(0))
 
     def model_and_adam(fused):
         torch.manual_seed(0)
         model = torch.nn.Linear(4, 3)
         return model, torch.optim.AdamW(model.parameters(), lr=0.1, fused=fused)
 
+    def update(model, adam):
+        (model(inputs) ** 2).sum().backward()
+        adam.step()
+        adam.zero_grad()
+
     source, source_adam = model_and_adam(saved_fused)
-    for _ in range(2):
-        source(torch.ones(2, 4)).sum().backward()
-        source_adam.step()
-        source_adam.zero_grad()
+    for _ in range(3):
+        update(source, source_adam)
     target, target_adam = model_and_adam(not saved_fused)
     target.load_state_dict(source.state_dict())
-    _load_optimizer_state(target_adam, source_adam.state_dict())
+    load_optimizer_state(target_adam, copy.deepcopy(source_adam.state_dict()))  # a copy, as a checkpoint is
     assert all(bool(group["fused"]) is (not saved_fused) for group in target_adam.param_groups)
     for model, adam in ((source, source_adam), (target, target_adam)):
-        model(torch.ones(2, 4)).sum().backward()
-        adam.step()
+        update(model, adam)
     for name, tensor in source.state_dict().items():
         torch.testing.assert_close(target.state_dict()[name], tensor, msg=name)
 
@@ -422,3 +443,83 @@ def test_a_checkpoint_is_written_while_the_next_steps_train(tmp_path, monkeypatc
     saved = load_checkpoint(tmp_path / "checkpoint-2.pt")["model"]
     for name, tensor in reference.model.state_dict().items():  # the weights of step 2, not of a later step
         torch.testing.assert_close(saved[name], tensor, atol=0, rtol=0, msg=name)
+
+
+def test_a_failed_checkpoint_write_never_hides_a_bad_step(tmp_path, monkeypatch):
+    """Checkpoint 2 fails to write (a full disk, in the background), then step 3's loss is NaN: the error names
+    both, the run is back at step 2, and training on (as a notebook does after an error) updates the weights."""
+    trainer = Trainer(classifier(), quiet(max_steps=8, batch_size=4, lr=1e-3, warmup_steps=0, shuffle=False,
+                                          checkpoint_every=2, out_dir=tmp_path), classification_data(32), stack)
+
+    def disk_full(obj, handle, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", disk_full)
+    nan_on_forward(trainer, 3)
+    with pytest.raises(NonFiniteLossError, match=r"step 3: loss is nan.*checkpoint could not be written.*disk is full"):
+        trainer.train()
+    monkeypatch.undo()
+    assert trainer.step == 2 == trainer.scheduler.last_epoch
+    reference = Trainer(classifier(), quiet(max_steps=8, batch_size=4, lr=1e-3, warmup_steps=0, shuffle=False),
+                        classification_data(32), stack)
+    reference.train(stop_at=2)
+    for name, tensor in reference.model.state_dict().items():
+        torch.testing.assert_close(trainer.model.state_dict()[name], tensor, atol=0, rtol=0, msg=name)
+    trainer.train()
+    assert trainer.step == 8 and all(math.isfinite(r["loss"]) for r in trainer.history.records[2:])
+    unchanged = [name for name, tensor in reference.model.state_dict().items()
+                 if torch.equal(trainer.model.state_dict()[name], tensor)]
+    assert unchanged == [], unchanged  # every update after the bad step was made
+    assert load_checkpoint(latest_checkpoint(tmp_path))["step"] == 8
+
+
+def test_held_out_scores_do_not_depend_on_the_worker_processes():
+    """A random collator masks held-out batches by their index, whoever collates them."""
+    data, held_out = pretraining_data(8), pretraining_data(24, seed=1)
+    scores = []
+    for workers in (0, 1, 2):
+        trainer = Trainer(pretrainer(), quiet(max_steps=1, batch_size=4, num_workers=workers), data, masking_collate,
+                          eval_dataset=held_out)
+        scores.append(trainer.evaluate())
+        trainer.close()
+    assert scores[1] == scores[0] and scores[2] == scores[0]
+
+
+def test_collating_a_batch_reseeds_no_gpu_generator(monkeypatch):
+    """Each batch is collated under a seed of its own, on the CPU generator only: a GPU's dropout stream is left
+    alone (torch.manual_seed would seed every CUDA generator too)."""
+    seeded = []
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", seeded.append)
+    trainer = Trainer(pretrainer(), quiet(max_steps=4, batch_size=4, eval_every=2), pretraining_data(16),
+                      masking_collate, eval_dataset=pretraining_data(8, seed=1))
+    trainer.train(stop_at=0)  # a fresh run seeds every generator once
+    seeded.clear()
+    trainer.train()
+    assert trainer.step == 4 and len(seeded) == 2  # the two evaluations' own seeds, given back after each, and no more
+
+
+def test_without_the_fused_kernel_each_step_is_read_before_its_update(monkeypatch):
+    """Where AdamW has no fused kernel (MPS before torch 2.5, CPU before 2.4) the host reads every step before it
+    updates: the same weights as the fused kernel, and a bad step stops before its update."""
+    real_adamw = torch.optim.AdamW
+
+    def no_fused_kernel(params, *args, fused=None, **kwargs):
+        if fused:
+            raise RuntimeError("`fused=True` requires all the params to be floating point Tensors of supported devices")
+        return real_adamw(params, *args, **kwargs)
+
+    settings = dict(max_steps=6, batch_size=4, lr=1e-3, warmup_steps=0, shuffle=False, log_every=3)
+    data = classification_data(24)
+    fused = Trainer(classifier(), quiet(**settings), data, stack)
+    fused.train()
+    monkeypatch.setattr(torch.optim, "AdamW", no_fused_kernel)
+    plain = Trainer(classifier(), quiet(**settings), data, stack)
+    assert not plain.update.fused and plain.update.reads_each_step
+    plain.train()
+    for name, tensor in fused.model.state_dict().items():
+        torch.testing.assert_close(plain.model.state_dict()[name], tensor, atol=1e-6, rtol=0, msg=name)
+    failing = Trainer(classifier(), quiet(**settings), data, stack)
+    passes = nan_on_forward(failing, 3)
+    with pytest.raises(NonFiniteLossError, match="step 3: loss is nan"):
+        failing.train()
+    assert passes["count"] == 3 and failing.step == 2  # stopped at once, before the update of step 3

@@ -76,8 +76,9 @@ from bertlib.training.checkpoint import (
     permission_line,
     refuse_other_runs,
 )
+from bertlib.training.interrupt import interrupted_line
 from bertlib.training.lock import RunLock, RunLockedError
-from bertlib.training.trainer import NonFiniteLossError, interrupted_line
+from bertlib.training.trainer import NonFiniteLossError
 
 # ---------------------------------------------------------------------------------------------------------
 # The whole run: data in, checks, three parts, fine-tuning, scores, files out

@@ -53,6 +53,7 @@ from bertlib.training.checkpoint import (
 )
 from bertlib.training.config import TrainingConfig
 from bertlib.training.history import History
+from bertlib.training.interrupt import interrupted_line
 from bertlib.training.lock import RunLock, RunLockedError
 from bertlib.training.precision import precision_line
 from bertlib.training.sampling import (
@@ -64,7 +65,7 @@ from bertlib.training.sampling import (
 )
 from bertlib.training.throughput import bert_flops_per_token, mfu, peak_tflops
 from bertlib.training.time_budget import fit_steps_to_budget
-from bertlib.training.trainer import NonFiniteLossError, Trainer, interrupted_line
+from bertlib.training.trainer import NonFiniteLossError, Trainer
 
 PROG = "python -m bertlib.pretrain"
 DEFAULT_STEPS = 10_000  # --steps without --minutes

@@ -1,4 +1,5 @@
-"""The training loop pretraining and fine-tuning share: the Trainer and its TrainingConfig, the optimizer's
+"""The training loop pretraining and fine-tuning share: the Trainer and its TrainingConfig, and its pieces: the
+batches, the step log, the update, the checkpoint writer, resuming, Ctrl-C, several processes; the optimizer's
 parameter groups, the schedule, mixed precision, random states, devices, batch samplers, the logged history,
 checkpoints, the run lock, and the time budget that fixes a step count.
 """
@@ -16,11 +17,17 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "lock": ("LOCK_NAME", "TAKEOVER_SUFFIX", "TAKEOVER_TIMEOUT_S", "process_alive", "RunLockedError", "RunLock"),
     "optimizer": ("param_groups",),
     "precision": ("Precision", "PRECISIONS", "NATIVE_BF16", "native_bf16", "resolve_precision", "precision_line",
-                  "autocast"),
+                  "autocast", "loss_scaler"),
     "rng": ("rng_state", "set_rng_state", "seed_everything", "forked_rng"),
     "sampling": ("BatchSampler", "RandomBatchSampler", "length_grouped_batches", "LengthGroupedBatchSampler",
                  "sequential_batches"),
-    "schedule": ("linear_warmup_decay", "noam_schedule"),
+    "schedule": ("linear_warmup_decay", "noam_schedule", "schedule_at"),
     "time_budget": ("StepBudget", "check_seconds", "steps_in_budget", "time_steps", "fit_steps_to_budget"),
-    "trainer": ("Batch", "MetricsFn", "EXAMPLES", "NonFiniteLossError", "Trainer", "interrupted_line"),
+    "trainer": ("MetricsFn", "NonFiniteLossError", "Trainer"),
+    "batches": ("Batch", "EXAMPLES", "TOKENS", "BatchStream", "evaluation_batches", "targets", "loss_terms"),
+    "checkpoint_writer": ("CheckpointWriter",),
+    "evaluation": ("held_out_scores",),
+    "interrupt": ("StopRequests", "interrupted_line"),
+    "step_log": ("BadStep", "StepLog"),
+    "update": ("Update", "adamw"),
 })

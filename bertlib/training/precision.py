@@ -69,3 +69,9 @@ def autocast(precision: Literal["bf16", "fp16", "fp32"], device: torch.device) -
         return nullcontext()
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def loss_scaler(precision: Literal["bf16", "fp16", "fp32"], device: torch.device) -> torch.amp.GradScaler | None:
+    """fp16's gradient scaler on `device` (a step whose scaled gradients overflow is skipped and the scale
+    halved), or None: bf16 and fp32 keep fp32's exponent range and need none."""
+    return torch.amp.GradScaler(device.type) if precision == "fp16" else None

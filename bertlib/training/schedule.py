@@ -2,6 +2,7 @@
 
     linear_warmup_decay(step, warmup_steps, total_steps)   # a multiplier in [0, 1], for LambdaLR
     noam_schedule(step, d_model, warmup_steps)             # an absolute rate (Vaswani et al. 2017, eq. 3)
+    schedule_at(scheduler, step)                           # a LambdaLR put at `step` (a resume, a rewind)
 
 The Trainer uses linear_warmup_decay, the shape of google-research/bert's optimization.py and of
 transformers' get_linear_schedule_with_warmup; noam_schedule is here to compare with (notebook 06).
@@ -10,6 +11,8 @@ Leaves out: cosine, polynomial and restart schedules, and learning-rate finders.
 """
 
 from __future__ import annotations
+
+import torch
 
 
 def linear_warmup_decay(step: int, warmup_steps: int, total_steps: int) -> float:
@@ -31,3 +34,13 @@ def noam_schedule(step: int, d_model: int, warmup_steps: int, factor: float = 1.
     if step < 1:
         raise ValueError(f"the Noam schedule counts steps from 1, got {step}")
     return factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+
+
+def schedule_at(scheduler: torch.optim.lr_scheduler.LambdaLR, step: int) -> None:
+    """Put a LambdaLR and its optimizer's learning rates at `step` of the schedule its lambdas give now (after a
+    resume with more steps, or a rewind past a bad step)."""
+    scheduler.last_epoch = step
+    groups = scheduler.optimizer.param_groups
+    for group, base_lr, multiplier in zip(groups, scheduler.base_lrs, scheduler.lr_lambdas, strict=True):
+        group["lr"] = base_lr * multiplier(step)
+    scheduler._last_lr = [group["lr"] for group in groups]

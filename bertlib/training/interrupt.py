@@ -1,0 +1,68 @@
+"""Ctrl-C and SIGTERM during training: a request to stop after the current step, with a checkpoint.
+
+    with StopRequests(announce=True, together=False, saves=True) as stop:
+        while training:
+            step()
+            if stop.requested: break     # then raise stop.interrupt(step, out_dir)
+
+The first Ctrl-C (or SIGTERM, what a scheduler or `docker stop` sends) sets `requested` and says so on stderr;
+the same signal again stops at once, as Python's own Ctrl-C does. Leaving the block puts back the handlers it
+found. Outside the main thread signals cannot be caught: the block then changes nothing.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from bertlib.training.checkpoint import checkpoint_name
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def interrupted_line(interrupt: KeyboardInterrupt) -> str:
+    """What a command says on Ctrl-C: the Trainer's own words (the step, the checkpoint it saved), or, for a
+    Ctrl-C outside the training steps (the vocabulary, the data, an evaluation), that nothing was saved now."""
+    return str(interrupt) or ("interrupted outside the training steps: no checkpoint was written now; the same "
+                              "command resumes from the newest checkpoint, if there is one")
+
+
+class StopRequests:
+    """Catches the first Ctrl-C or SIGTERM of a block as a request to stop after the current step."""
+
+    def __init__(self, announce: bool = True, together: bool = False, saves: bool = True):
+        self.announce, self.together, self.saves = announce, together, saves
+        self.requested = False
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopRequests:
+        self.requested = False
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {signum: signal.getsignal(signum) for signum in SIGNALS}
+            for signum in SIGNALS:
+                signal.signal(signum, self._request)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+
+    def _request(self, signum: int, frame: Any) -> None:
+        self.requested = True
+        signal.signal(signum, self._previous[signum])
+        if self.announce:
+            name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+            when = "the next logging step, with every process" if self.together else "this step"
+            print(f"\n{name}: stopping after {when}" + (", with a checkpoint" if self.saves else "")
+                  + f" ({name} again stops at once)", file=sys.stderr, flush=True)
+
+    def interrupt(self, step: int, out_dir: str | Path | None) -> KeyboardInterrupt:
+        """The KeyboardInterrupt to raise once the run stopped: where, and what was saved. Clears the request."""
+        self.requested = False
+        saved = (f"saved {Path(out_dir) / checkpoint_name(step)}; run it again to resume" if out_dir is not None
+                 else "no out_dir, so nothing was saved")
+        return KeyboardInterrupt(f"interrupted at step {step}: {saved}")

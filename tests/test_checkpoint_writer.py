@@ -1,0 +1,59 @@
+"""bertlib.training.checkpoint_writer: a checkpoint written in the background from a copy, its error kept apart."""
+
+from __future__ import annotations
+
+import errno
+import threading
+
+import pytest
+import torch
+
+from bertlib.training import checkpoint
+from bertlib.training.checkpoint_writer import CheckpointWriter
+
+
+def state(step: int, weight: torch.Tensor) -> dict:
+    return {"step": step, "model": {"weight": weight}, "history": [{"step": step}]}
+
+
+def test_the_write_runs_in_the_background_from_a_copy_of_the_state(tmp_path, monkeypatch):
+    real_save, release = checkpoint.save_checkpoint, threading.Event()
+
+    def slow_disk(saved, path):
+        assert release.wait(timeout=60)
+        real_save(saved, path)
+
+    monkeypatch.setattr(checkpoint, "save_checkpoint", slow_disk)
+    writer, weight = CheckpointWriter(keep=2), torch.zeros(3)
+    writer.start(state(1, weight), tmp_path / "checkpoint-1.pt")  # returns while the write waits
+    weight += 1  # the optimizer goes on updating the live tensor
+    assert not (tmp_path / "checkpoint-1.pt").exists()
+    release.set()
+    writer.finish()
+    assert torch.equal(checkpoint.load_checkpoint(tmp_path / "checkpoint-1.pt")["model"]["weight"], torch.zeros(3))
+
+
+def test_a_failed_write_is_raised_once_where_the_caller_asks(tmp_path, monkeypatch):
+    def disk_full(saved, handle, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    writer = CheckpointWriter(keep=2)
+    monkeypatch.setattr(torch, "save", disk_full)
+    writer.start(state(1, torch.zeros(3)), tmp_path / "checkpoint-1.pt")
+    error = writer.wait()  # handed back, not raised: the caller has another error to report with it
+    assert isinstance(error, OSError) and error.errno == errno.ENOSPC and "checkpoint-1.pt" in str(error)
+    assert writer.wait() is None  # reported once
+    writer.start(state(2, torch.zeros(3)), tmp_path / "checkpoint-2.pt")
+    with pytest.raises(OSError, match="disk is full"):
+        writer.start(state(3, torch.zeros(3)), tmp_path / "checkpoint-3.pt")  # the previous write's error first
+    monkeypatch.undo()
+    writer.finish()
+    assert checkpoint.list_checkpoints(tmp_path) == []
+
+
+def test_each_write_prunes_to_the_newest_checkpoints_of_the_run(tmp_path):
+    writer = CheckpointWriter(keep=2)
+    for step in (1, 2, 3):
+        writer.start(state(step, torch.zeros(1)), tmp_path / checkpoint.checkpoint_name(step))
+    writer.finish()
+    assert [path.name for path in checkpoint.list_checkpoints(tmp_path)] == ["checkpoint-2.pt", "checkpoint-3.pt"]

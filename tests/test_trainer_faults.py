@@ -518,8 +518,12 @@ def test_without_the_fused_kernel_each_step_is_read_before_its_update(monkeypatc
     plain.train()
     for name, tensor in fused.model.state_dict().items():
         torch.testing.assert_close(plain.model.state_dict()[name], tensor, atol=1e-6, rtol=0, msg=name)
-    failing = Trainer(classifier(), quiet(**settings), data, stack)
+    failing = Trainer(classifier(), quiet(**{**settings, "log_every": 6}), data, stack)
     passes = nan_on_forward(failing, 3)
     with pytest.raises(NonFiniteLossError, match="step 3: loss is nan"):
         failing.train()
     assert passes["count"] == 3 and failing.step == 2  # stopped at once, before the update of step 3
+    reference = Trainer(classifier(), quiet(**settings), data, stack)
+    reference.train(stop_at=2)
+    for name, tensor in reference.model.state_dict().items():
+        torch.testing.assert_close(failing.model.state_dict()[name], tensor, atol=0, rtol=0, msg=name)

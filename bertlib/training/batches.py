@@ -14,6 +14,9 @@ one; a held-out batch is seeded from its index in the whole evaluation, so held-
 number of workers or processes either. Only the CPU generator is seeded, inside a fork that gives it back after:
 the model's dropout (on the CPU or any GPU) never sees the collator's draws.
 
+Follows PyTorch's advice on randomness in DataLoader workers (seed each piece of work, not each process), and
+RoBERTa's dynamic masking (Liu et al. 2019): new masks every epoch, the same ones on a resume.
+
 Leaves out: iterable (streaming) datasets, and sampling with replacement.
 """
 

@@ -7,7 +7,10 @@
 
 The first Ctrl-C (or SIGTERM, what a scheduler or `docker stop` sends) sets `requested` and says so on stderr;
 the same signal again stops at once, as Python's own Ctrl-C does. Leaving the block puts back the handlers it
-found. Outside the main thread signals cannot be caught: the block then changes nothing.
+found. Outside the main thread signals cannot be caught: the block then changes nothing. torchrun and Slurm
+send SIGTERM before they kill a job, which is why it is caught too.
+
+Leaves out: SIGUSR1-style pre-emption warnings with a grace period, and Windows' console events.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ A new run never writes (and prunes) among another run's checkpoints, and a resum
 number of processes or another optimizer or schedule setting is refused with the differences named; max_steps or
 epochs may change (the schedule follows, with a warning). Follows transformers' Trainer (resume_from_checkpoint),
 with refusals where it would go on silently.
+
+Leaves out: resuming on another number of processes, and loading only the weights (hf.from_pretrained does that).
 """
 
 from __future__ import annotations

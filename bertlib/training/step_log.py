@@ -18,6 +18,8 @@ is counted in `skipped_steps`, and its norm left out of the window's mean.
 
 Under several processes the numbers are all-reduced on the device as they are queued, with each process's
 request to stop (Ctrl-C) riding along: `peers_stop` says, as of the last read, whether any process asked.
+
+Leaves out: logging backends (TensorBoard, W&B: the History the Trainer fills is a table) and per-step reads.
 """
 
 from __future__ import annotations

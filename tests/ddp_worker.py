@@ -109,7 +109,8 @@ MLM_SETTINGS = dict(max_steps=2, lr=1e-3, warmup_steps=0, shuffle=False, log_eve
 
 BERTLIB = Path(bertlib.__file__).resolve().parent
 HOST_SIDE = {BERTLIB / "training" / name for name in ("batches.py", "sampling.py")}  # CPU tensors only: no wait
-READS = ("item", "tolist", "numpy", "__float__", "__int__", "__bool__", "__index__")  # what copies a value to Python
+# What brings a value to the host. (Tensor.to(device) is left out: on a CPU every tensor is already there.)
+READS = ("item", "tolist", "numpy", "cpu", "__float__", "__int__", "__bool__", "__index__")
 
 
 @contextlib.contextmanager

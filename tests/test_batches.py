@@ -6,7 +6,7 @@ import torch
 from ddp_worker import masking_collate, pretraining_data, stack
 
 from bertlib.model.bert import ClassifierOutput, PreTrainingOutput
-from bertlib.training.batches import BatchStream, evaluation_batches, loss_terms, targets, to_device
+from bertlib.training.batches import BatchStream, evaluation_batches, loss_terms, target_counts, to_device
 from bertlib.training.sampling import RandomBatchSampler, sequential_batches
 
 
@@ -19,8 +19,8 @@ def test_targets_count_labels_that_are_predicted_examples_and_tokens():
              "attention_mask": torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]]),
              "mlm_labels": torch.tensor([[-100, 7, -100, 8, -100], [9, -100, -100, -100, -100]]),
              "labels": torch.tensor([[0.0, 1.0], [1.0, 0.0]])}  # multi-label targets: every entry is one
-    assert targets(batch) == {"examples": 2, "tokens": 7, "mlm_labels": 3, "labels": 4}
-    assert targets({"input_ids": torch.ones(3, 4, dtype=torch.long)}) == {"examples": 3, "tokens": 12}
+    assert target_counts(batch) == {"examples": 2, "tokens": 7, "mlm_labels": 3, "labels": 4}
+    assert target_counts({"input_ids": torch.ones(3, 4, dtype=torch.long)}) == {"examples": 3, "tokens": 12}
 
 
 def test_loss_terms_name_the_targets_each_loss_is_a_mean_over():
@@ -62,7 +62,7 @@ def test_collating_seeds_the_cpu_generator_only(monkeypatch):
     seeded = []
     monkeypatch.setattr(torch.cuda, "manual_seed_all", seeded.append)
     BatchStream(pretraining_data(8), masking_collate, RandomBatchSampler(8, 4), seed=0).take(2)
-    evaluation_batches(pretraining_data(8), masking_collate, sequential_batches(8, 4), seed=0)
+    assert len(list(evaluation_batches(pretraining_data(8), masking_collate, sequential_batches(8, 4), seed=0))) == 2
     assert seeded == []
 
 
@@ -70,9 +70,11 @@ def test_a_stream_sought_to_a_place_goes_on_as_the_uninterrupted_one():
     data = pretraining_data(12)
     whole = BatchStream(data, masking_collate, RandomBatchSampler(12, 4, seed=1), seed=0).take(5)
     resumed = BatchStream(data, masking_collate, RandomBatchSampler(12, 4, seed=1), seed=0)
-    resumed.seek(epoch=0, position=2)
-    for a, b in zip(masks(whole[2:]), masks(resumed.take(3)), strict=True):
+    resumed.take(2)  # a stream already under way (its loader started), then told to go back, as a resume does
+    resumed.seek(epoch=0, position=1)
+    for a, b in zip(masks(whole[1:]), masks(resumed.take(4)), strict=True):
         assert torch.equal(a, b)
+    assert (resumed.epoch, resumed.position) == (1, 2)  # 3 batches per epoch
 
 
 def test_held_out_batches_are_masked_by_their_index_however_they_are_dealt():

@@ -242,6 +242,30 @@ def test_a_second_ctrl_c_stops_at_once_without_waiting_for_the_step(tmp_path):
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+@pytest.mark.usefixtures("ctrl_c_as_in_a_terminal")
+def test_a_ctrl_c_during_the_cleanup_after_an_error_does_not_hide_the_error(tmp_path, monkeypatch):
+    """The handlers go back only after the cleanup (the batch workers, the checkpoint being written): a Ctrl-C
+    there is a request to stop, and the error that stopped the run is the one raised."""
+    def crashing_collate(items):
+        raise RuntimeError("collate crashed")
+
+    trainer = Trainer(classifier(), quiet(max_steps=3, batch_size=4, out_dir=tmp_path), classification_data(8),
+                      crashing_collate)
+    waited = trainer.writer.wait
+
+    def ctrl_c_while_waiting():
+        os.kill(os.getpid(), signal.SIGINT)
+        return waited()
+
+    monkeypatch.setattr(trainer.writer, "wait", ctrl_c_while_waiting)
+    try:
+        with pytest.raises(RuntimeError, match="collate crashed"):
+            trainer.train()
+    except KeyboardInterrupt:
+        pytest.fail("the Ctrl-C during the cleanup replaced the error that stopped the run")
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_a_live_run_s_folder_is_refused(tmp_path):
     holder = os.fork() if hasattr(os, "fork") else None
     if holder == 0:  # the child: hold nothing, just live while the parent looks
@@ -498,21 +522,27 @@ def test_collating_a_batch_reseeds_no_gpu_generator(monkeypatch):
     assert trainer.step == 4 and len(seeded) == 2  # the two evaluations' own seeds, given back after each, and no more
 
 
-def test_without_the_fused_kernel_each_step_is_read_before_its_update(monkeypatch):
-    """Where AdamW has no fused kernel (MPS before torch 2.5, CPU before 2.4) the host reads every step before it
-    updates: the same weights as the fused kernel, and a bad step stops before its update."""
+@pytest.fixture
+def no_fused_kernel(monkeypatch):
+    """AdamW as on MPS before torch 2.5 or a CPU before 2.4: asking for the fused kernel fails."""
     real_adamw = torch.optim.AdamW
 
-    def no_fused_kernel(params, *args, fused=None, **kwargs):
+    def adamw(params, *args, fused=None, **kwargs):
         if fused:
             raise RuntimeError("`fused=True` requires all the params to be floating point Tensors of supported devices")
         return real_adamw(params, *args, **kwargs)
 
+    return lambda: monkeypatch.setattr(torch.optim, "AdamW", adamw)
+
+
+def test_without_the_fused_kernel_each_step_is_read_before_its_update(no_fused_kernel):
+    """Where AdamW has no fused kernel (MPS before torch 2.5, CPU before 2.4) the host reads every step before it
+    updates: the same weights as the fused kernel, and a bad step stops before its update."""
     settings = dict(max_steps=6, batch_size=4, lr=1e-3, warmup_steps=0, shuffle=False, log_every=3)
     data = classification_data(24)
     fused = Trainer(classifier(), quiet(**settings), data, stack)
     fused.train()
-    monkeypatch.setattr(torch.optim, "AdamW", no_fused_kernel)
+    no_fused_kernel()
     plain = Trainer(classifier(), quiet(**settings), data, stack)
     assert not plain.update.fused and plain.update.reads_each_step
     plain.train()
@@ -527,3 +557,19 @@ def test_without_the_fused_kernel_each_step_is_read_before_its_update(monkeypatc
     reference.train(stop_at=2)
     for name, tensor in reference.model.state_dict().items():
         torch.testing.assert_close(failing.model.state_dict()[name], tensor, atol=0, rtol=0, msg=name)
+
+
+@pytest.mark.usefixtures("fp16_scaler")
+def test_under_gradscaler_without_the_fused_kernel_a_run_goes_on_after_a_bad_step(no_fused_kernel):
+    """GradScaler skips the NaN gradients after a bad step itself, so nothing is read per step; training on after
+    the error (as a notebook does) finds the scaler ready for the next step."""
+    no_fused_kernel()
+    trainer = Trainer(classifier(), quiet(max_steps=6, batch_size=4, lr=1e-3, warmup_steps=0, log_every=3),
+                      classification_data(24), stack)
+    assert not trainer.update.fused and not trainer.update.reads_each_step
+    nan_on_forward(trainer, 2)
+    with pytest.raises(NonFiniteLossError, match="step 2: loss is nan"):
+        trainer.train()
+    assert trainer.step == 1
+    trainer.train()
+    assert trainer.step == 6 and trainer.scaler.get_scale() == 2.0**16

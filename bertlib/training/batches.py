@@ -3,10 +3,10 @@ and what each loss of a batch is a mean over.
 
     stream = BatchStream(dataset, collate_fn, sampler, seed=0, rank=0, num_workers=2, pin_memory=True)
     micro_batches = stream.take(2)        # the next two training batches; stream.epoch, stream.position advance
-    loader = evaluation_batches(dataset, collate_fn, batches, seed=0, num_workers=2, pin_memory=True)
+    held_out = evaluation_batches(dataset, collate_fn, batches, seed=0, num_workers=2, pin_memory=True)
     batch = to_device(micro_batches[0], device, drop_full_mask=True)
-    counts = targets(micro_batches[0])    # {"examples": 4, "labels": 4, "tokens": 48}: what each loss is a mean over
-    terms = loss_terms(output, counts)    # {"mlm_loss": (tensor, "mlm_labels"), "nsp_loss": (tensor, "nsp_labels")}
+    counts = target_counts(micro_batches[0])  # {"examples": 4, "labels": 4, "tokens": 48}: what a loss averages over
+    terms = loss_terms(output, counts)        # {"mlm_loss": (tensor, "mlm_labels"), "nsp_loss": (tensor, "nsp_labels")}
 
 Why seeds from places: a random collator (MLM masking) draws from torch's generator. Seeding each batch from
 (seed, rank, epoch, position) gives it the same masks in a worker process or the main one, in one run or a resumed
@@ -39,7 +39,7 @@ TOKENS = "tokens"  # the count key of the tokens a step trains on (throughput)
 EVALUATION = 2**31  # the seed word of held-out batches where training batches have their rank: no process has it
 
 
-def targets(batch: Any) -> dict[str, int]:
+def target_counts(batch: Any) -> dict[str, int]:
     """What each loss of a collated (CPU) batch is a mean over: the non-ignored entries of each *labels tensor,
     the examples, and the tokens that are not padding."""
     if not isinstance(batch, Mapping):
@@ -135,14 +135,13 @@ class SeededBatches(Dataset):
             return place, self.collate_fn([self.dataset[index] for index in indices])
 
 
-def _loader(batches: SeededBatches, keys: Iterator | list, num_workers: int, pin_memory: bool,
+def _loader(batches: SeededBatches, keys: Iterator | list, num_workers: int, pin_memory: bool, seed: int,
             persistent: bool = False) -> DataLoader:
     """A DataLoader over SeededBatches in the order of `keys`, collating in `num_workers` processes. It has a
-    generator of its own: a loader without one draws its workers' base seed from torch's global generator, which
-    would shift the model's dropout."""
+    generator of its own, seeded with `seed`: a loader without one draws its workers' base seed from torch's
+    global generator, which would shift the model's dropout."""
     return DataLoader(batches, batch_size=None, sampler=keys, num_workers=num_workers, pin_memory=pin_memory,
-                      persistent_workers=persistent and num_workers > 0,
-                      generator=torch.Generator().manual_seed(batches.seed))
+                      persistent_workers=persistent and num_workers > 0, generator=torch.Generator().manual_seed(seed))
 
 
 def evaluation_batches(dataset: Dataset, collate_fn: Callable[[list[Any]], Batch], batches: list[list[int]],
@@ -151,7 +150,7 @@ def evaluation_batches(dataset: Dataset, collate_fn: Callable[[list[Any]], Batch
     """The held-out batches `batches[first_index::every]` (one process's share), collated; batch i is seeded from
     (seed, EVALUATION, 0, i), so a random collator masks it the same way whoever collates it."""
     keys = [((EVALUATION, 0, index), batches[index]) for index in range(first_index, len(batches), every)]
-    for _, batch in _loader(SeededBatches(dataset, collate_fn, seed), keys, num_workers, pin_memory):
+    for _, batch in _loader(SeededBatches(dataset, collate_fn, seed), keys, num_workers, pin_memory, seed):
         yield batch
 
 
@@ -196,8 +195,9 @@ class BatchStream:
 
     def _collated(self) -> Iterator[Batch]:
         """The loader's batches, advancing (epoch, position) as each is taken."""
-        for (_, epoch, position), batch in _loader(self._batches, self._keys(), self.num_workers, self.pin_memory,
-                                                   persistent=True):
+        loader = _loader(self._batches, self._keys(), self.num_workers, self.pin_memory,
+                         seed=self._batches.seed + self.rank, persistent=True)  # workers' own seeds differ by rank
+        for (_, epoch, position), batch in loader:
             self.epoch, self.position = epoch, position + 1
             if self.position == len(self.sampler):
                 self.epoch, self.position = epoch + 1, 0

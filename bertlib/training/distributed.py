@@ -1,14 +1,15 @@
 """What the Trainer needs from torch.distributed, in one place: joining, sums over processes, gathers, a barrier.
 
-    world_size, rank, joined = join_process_group()   # (1, 0, False) without torchrun
-    totals = summed_counts(counts, world_size, device) # each count over the step's micro-batches and every process
-    reduce_step_numbers(packed, losses=3, world_size)  # losses summed, metrics and the gradient norm averaged
-    everyone = gathered(value, world_size)             # [value of rank 0, value of rank 1, ...]
-    scores = means(sums, weights, world_size)          # weighted means over every process's sums
-    raise_everywhere(error, world_size)                # rank 0's error, raised in every process
+    world_size, rank, joined = join_process_group()  # (1, 0, False) without torchrun
+    step_counts = summed_counts(counts, world_size, device)  # each count over the step's micro-batches and processes
+    reduce_step_numbers(packed, 3, world_size)  # the first 3 (losses) summed; metrics, gradient norm, flags averaged
+    everyone = gathered(value, world_size)      # [value of rank 0, value of rank 1, ...]
+    scores = means(sums, weights, world_size)   # weighted means over every process's sums
+    raise_everywhere(error, world_size, kinds)  # rank 0's error (one of kinds), raised in every process
 
-Each one is a no-op (or the value itself) in one process, so the Trainer calls them without asking first. Sums
-over processes stay on the device, never read by the host (a read would make the CPU wait for the GPU).
+Each one is a no-op (or the value itself) in one process, so the Trainer calls them without asking first. The
+step's sums (summed_counts, reduce_step_numbers) stay on the device, never read by the host: a read would make the
+CPU wait for the GPU. gathered, means and raise_everywhere exchange Python objects, for evaluations and checkpoints.
 
 Leaves out: multi-node rendezvous (torchrun does it), FSDP/ZeRO sharding.
 """

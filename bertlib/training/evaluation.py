@@ -33,7 +33,7 @@ def held_out_scores(model: nn.Module, held_out: Iterable[Batch], *, device: torc
     sums: dict[str, Any] = {}  # on the device until the end (no wait per batch)
     weights: dict[str, int] = {}  # targets (losses) or examples (metrics) behind each key
     for raw in held_out:
-        count = batches.targets(raw)
+        count = batches.target_counts(raw)
         batch = batches.to_device(raw, device, drop_full_masks)
         with autocast(precision, device):
             output = model(**batch)

@@ -38,7 +38,7 @@ def open_run_folder(out_dir: Path, is_main: bool, world_size: int) -> RunLock | 
             lock = RunLock(out_dir).acquire()
             for path in checkpoint.remove_orphaned_temp_files(out_dir):
                 warnings.warn(f"removed {path}, a temporary file left by a run that was killed mid-write",
-                              stacklevel=4)
+                              stacklevel=3)
         except (checkpoint.OutDirError, RunLockedError) as caught:
             error = caught
     raise_everywhere(error, world_size, (RunLockedError, checkpoint.OutDirError))

@@ -70,7 +70,8 @@ class StepLog:
 
     def queue(self, step: int, losses: Mapping[str, torch.Tensor], metrics: Mapping[str, torch.Tensor],
               grad_norm: torch.Tensor, *, lr: float, tokens: int | torch.Tensor, stop_requested: bool = False) -> None:
-        """Keep step `step`'s numbers on the device (summed over processes) and fold them into `all_finite`."""
+        """Keep step `step`'s numbers on the device (under DDP: losses summed over processes, the rest averaged) and
+        fold them into `all_finite`."""
         loss_keys, metric_keys = sorted(losses), sorted(metrics)
         keys = [*loss_keys, *metric_keys, "grad_norm"]
         values = [*(losses[key] for key in loss_keys), *(metrics[key] for key in metric_keys), grad_norm]

@@ -90,8 +90,9 @@ class Trainer:
         self.batch_sampler = batch_sampler or RandomBatchSampler(len(train_dataset), config.batch_size,
                                                                  config.seed, config.shuffle)
         self.eval_batch_sampler = eval_batch_sampler
-        for sampler in filter(None, (self.batch_sampler, eval_batch_sampler)):
-            batches.check_sampler(sampler)
+        for sampler in (self.batch_sampler, eval_batch_sampler):
+            if sampler is not None:
+                batches.check_sampler(sampler)
         self.batch_sampler.set_shard(self.rank, self.world_size)
         if eval_batch_sampler is not None:
             eval_batch_sampler.set_shard(0, 1)  # every batch is evaluated; they are dealt to processes here
@@ -152,22 +153,22 @@ class Trainer:
         bar = tqdm(total=self.max_steps, initial=self.step, desc="train", unit="step", dynamic_ncols=True,
                    disable=not (self.config.progress and self.is_main))
         self._train_model.train()
-        try:
-            with self.stop:
+        with self.stop:  # Ctrl-C: stop after this step; the handlers go back only once the cleanup below is done
+            try:
                 while self.step < target:
                     started = time.perf_counter()
                     self._train_step()
                     self.step += 1
                     bar.update(1)
                     self._after_step(started, target, bar)
-        except BaseException:
-            self.stream.close()
-            failed_write = self.writer.wait()
-            if failed_write is not None:
-                warnings.warn(f"a checkpoint could not be written: {failed_write}", stacklevel=2)
-            raise
-        finally:
-            bar.close()
+            except BaseException:
+                self.stream.close()
+                failed_write = self.writer.wait()
+                if failed_write is not None:
+                    warnings.warn(f"a checkpoint could not be written: {failed_write}", stacklevel=2)
+                raise
+            finally:
+                bar.close()
         if self.step >= self.max_steps:
             self.stream.close()
         if self.stop.requested:  # Ctrl-C after the last step: everything is saved already
@@ -175,29 +176,32 @@ class Trainer:
         return self.history
 
     def _train_step(self) -> None:
-        """One optimizer update over accumulation_steps micro-batches. Its numbers stay on the device, queued in
-        the step log: the host reads them on logging steps, so it never waits for the GPU here."""
+        """One optimizer update over accumulation_steps micro-batches. Its numbers go into the step log and stay on
+        the device: the loop reads them on logging, evaluation and checkpoint steps, not here."""
+        step = self.step + 1  # the update this call makes (self.step counts the updates done)
         accumulation = self.config.accumulation_steps
         micro_batches = self.stream.take(accumulation)  # collated on the CPU, each seeded by its place in the data
-        counts = [batches.targets(batch) for batch in micro_batches]  # what each loss is a mean over, per micro-batch
-        totals = distributed.summed_counts(counts, self.world_size, self.device)  # over the step, every process
+        counts = [batches.target_counts(batch) for batch in micro_batches]  # what each loss is a mean over
+        step_counts = distributed.summed_counts(counts, self.world_size, self.device)  # the whole step's
         losses: dict[str, torch.Tensor] = {}  # each loss term as a mean over the step's targets
         metrics: dict[str, torch.Tensor] = {}
         for index, (raw, count) in enumerate(zip(micro_batches, counts, strict=True)):
             batch = batches.to_device(raw, self.device, self._drop_full_masks)
             last = index == accumulation - 1
-            with nullcontext() if self._ddp is None or last else self._ddp.no_sync():  # all-reduce on the last only
+            sync = nullcontext() if self._ddp is None or last else self._ddp.no_sync()  # DDP syncs on the last
+            with sync:
                 with autocast(self.precision, self.device):
                     output = self._train_model(**batch)
                 loss = None
                 for name, (value, key) in batches.loss_terms(output, count).items():
                     if count[key] == 0:
                         continue  # a micro-batch without targets for this loss adds nothing to it
-                    weighted = value.float() * (count[key] / totals[key])  # its share of the step's targets
+                    share = count[key] / step_counts[key]  # of the step's targets: a float, or a tensor under DDP
+                    weighted = value.float() * share
                     losses[name] = losses.get(name, 0.0) + weighted.detach()
                     loss = weighted if loss is None else loss + weighted
                 if loss is None:
-                    raise ValueError(f"micro-batch {index + 1} of step {self.step + 1} has no target to predict "
+                    raise ValueError(f"micro-batch {index + 1} of step {step} has no target to predict "
                                      f"(label counts {count})")
                 self.update.backward(loss * self.world_size)  # DDP averages gradients; the shares sum to 1 overall
             if self.metrics_fn is not None:
@@ -209,11 +213,12 @@ class Trainer:
             losses["loss"] = sum(losses.values())
 
         self.update.unscale()  # fp16: gradients back to their true size before clipping
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip or math.inf)
-        self.log.queue(self.step + 1, losses, metrics, grad_norm, lr=self.optimizer.param_groups[0]["lr"],
-                       tokens=totals[TOKENS], stop_requested=self.stop.requested)
+        max_norm = self.config.grad_clip if self.config.grad_clip is not None else math.inf  # None: only measured
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        self.log.queue(step, losses, metrics, grad_norm, lr=self.optimizer.param_groups[0]["lr"],
+                       tokens=step_counts[TOKENS], stop_requested=self.stop.requested)  # under DDP a Ctrl-C rides along
         if self.update.reads_each_step:
-            self._read()  # without the fused kernel the host checks the step before its update
+            self._read()  # without the fused kernel or a scaler, nothing skips on the device: check before updating
         self.update.step()  # skipped on the device if this step, or one since the last read, went wrong
         self.scheduler.step()
 
@@ -253,8 +258,9 @@ class Trainer:
             raise self._rolled_back(bad)
 
     def _rolled_back(self, bad: BadStep) -> NonFiniteLossError:
-        """Undo what the steps from `bad` on did (their updates were skipped: the step count and the schedule
-        remain), and the error that says so, naming the newest checkpoint and a write that failed meanwhile."""
+        """Go back to the step before `bad` (the updates from it on were skipped on the device; the step count and
+        the schedule are rewound here), and the error that says so, naming the newest checkpoint and a checkpoint
+        write that failed meanwhile."""
         self.log.rollback()
         self.optimizer.zero_grad(set_to_none=True)
         self.step = bad.step - 1
@@ -327,9 +333,9 @@ class Trainer:
         path = Path(self.config.out_dir) / checkpoint.checkpoint_name(self.step)
         if self.is_main:
             self.writer.start(state, path)
-            if wait:
-                self.writer.finish()
         distributed.barrier(self.world_size)
+        if wait and self.is_main:
+            self.writer.finish()
         return path
 
     def load_checkpoint(self, path: str | Path) -> None:

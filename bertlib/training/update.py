@@ -10,8 +10,8 @@ logging step, after steps n+1 ... have run. Their updates must not happen: fused
 flag and skips on the device (torch's own mechanism for GradScaler); under fp16 the loss of every step after a
 bad one is multiplied by NaN, so GradScaler finds its gradients non-finite and skips the update itself, and the
 scale GradScaler would have halved for those steps is put back, so the run resumes at the last good step's scale.
-Without the fused kernel (MPS before torch 2.5, CPU before 2.4) nothing can be skipped on the device:
-`reads_each_step` says the host must read the step's numbers before every update.
+Without the fused kernel (MPS before torch 2.5, CPU before 2.4) and without a scaler nothing can be skipped on the
+device: `reads_each_step` says the host must read the step's numbers before every update.
 
 AdamW is the fused kernel where the device has one (6x faster than the per-tensor loop for BERT-mini's update on
 a CPU). Loss scaling follows torch.amp's recipe (Micikevicius et al. 2018).
@@ -40,13 +40,15 @@ def adamw(groups: list[dict[str, Any]], config: TrainingConfig) -> torch.optim.A
 
 
 class Update:
-    """Backward, unscale and step for one optimizer, skipping updates on the device while `all_finite` is False."""
+    """Backward, unscale and step for one optimizer, skipping updates on the device while `all_finite` is False
+    (with the fused kernel or a scaler; otherwise the host reads each step first: reads_each_step)."""
 
     def __init__(self, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None,
                  all_finite: torch.Tensor):
         self.optimizer, self.scaler, self.all_finite = optimizer, scaler, all_finite
         self.fused = bool(optimizer.defaults.get("fused"))
-        self.reads_each_step = not self.fused  # the host checks each step before its update
+        # GradScaler skips the NaN gradients of backward() itself: only the plain kernel without one cannot skip
+        self.reads_each_step = not self.fused and scaler is None
 
     def backward(self, loss: torch.Tensor) -> None:
         """Gradients of `loss`; under fp16, of the scaled loss, NaN after a bad step (GradScaler skips those)."""

@@ -31,7 +31,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from bertlib.basics import IGNORE_INDEX
-from bertlib.training.sampling import BatchSampler
+from bertlib.training.sampling import BatchSampler, sequential_batches
 
 Batch = dict[str, Any]
 EXAMPLES = "examples"  # the count key of a loss without labels of its own
@@ -64,23 +64,34 @@ def loss_terms(output: Any, counts: Mapping[str, int]) -> dict[str, tuple[torch.
     return terms or {"loss": (output.loss, "labels" if "labels" in counts else EXAMPLES)}
 
 
-def check_sampler(sampler: Any) -> None:
-    """Refuse a batch sampler that is not bertlib's: the Trainer shards it, seeks in it and stores its settings."""
-    if not isinstance(sampler, BatchSampler):
-        raise TypeError(f"{type(sampler).__name__} is not a bertlib.training.sampling.BatchSampler "
-                        "(set_epoch, set_shard, __iter__, __len__, settings)")
-
-
-def check_batches(sampler: BatchSampler, examples: int, world_size: int, accumulation_steps: int) -> None:
-    """Refuse data too small for one update (in this process's shard), before anything is made."""
-    per_epoch, where = len(sampler), f"train_dataset has {examples} examples"
+def prepare_samplers(train: BatchSampler, evaluation: BatchSampler | None, examples: int, rank: int,
+                     world_size: int, accumulation_steps: int) -> None:
+    """Check that the samplers are bertlib's (the Trainer shards them, seeks in them and stores their settings),
+    give training this process's shard and evaluation every batch (the Trainer deals those to the processes),
+    and refuse data too small for one update, before anything is made."""
+    for sampler in (train, evaluation):
+        if sampler is not None and not isinstance(sampler, BatchSampler):
+            raise TypeError(f"{type(sampler).__name__} is not a bertlib.training.sampling.BatchSampler "
+                            "(set_epoch, set_shard, __iter__, __len__, settings)")
+    train.set_shard(rank, world_size)
+    if evaluation is not None:
+        evaluation.set_shard(0, 1)
+    per_epoch, where = len(train), f"train_dataset has {examples} examples"
     if per_epoch == 0:
-        raise ValueError(f"{where}: fewer than one batch ({sampler.settings()}) in each of {world_size} process(es)")
+        raise ValueError(f"{where}: fewer than one batch ({train.settings()}) in each of {world_size} process(es)")
     if per_epoch < accumulation_steps:
         raise ValueError(f"{where}, {per_epoch} batch(es) per epoch in each of {world_size} process(es), but "
                          f"accumulation_steps={accumulation_steps} needs {accumulation_steps} batches per update, "
                          f"so one update would see examples twice: lower accumulation_steps to {per_epoch} or less, "
                          "or the batch size")
+
+
+def evaluation_order(sampler: BatchSampler | None, examples: int, batch_size: int) -> list[list[int]]:
+    """Every held-out batch: the eval sampler's (its first epoch), else the examples in order."""
+    if sampler is None:
+        return sequential_batches(examples, batch_size)
+    sampler.set_epoch(0)
+    return list(sampler)
 
 
 def _batch_size_of(batch: Batch) -> int:

@@ -1,7 +1,7 @@
 """Held-out scores: a model's losses and metrics over every example of an evaluation set, all processes together.
 
     scores = held_out_scores(model, held_out, device=device, precision="fp32", metrics_fn=None,
-                             drop_full_masks=True, world_size=1)     # {"loss": ..., "mlm_loss": ..., ...}
+                             drop_full_masks=True, world_size=1, seed=0)  # {"loss": ..., "mlm_loss": ..., ...}
 
 Losses are means over all their targets (as in training: an MLM loss over every predicted token of the set, not a
 mean of batch means), metrics are means over examples. The batches come from bertlib.training.batches'
@@ -23,27 +23,35 @@ from torch import nn
 from bertlib.training import batches, distributed
 from bertlib.training.batches import EXAMPLES, Batch
 from bertlib.training.precision import autocast
+from bertlib.training.rng import forked_rng
 
 
 @torch.no_grad()
 def held_out_scores(model: nn.Module, held_out: Iterable[Batch], *, device: torch.device, precision: str,
                     metrics_fn: Callable[[Batch, Any], Mapping[str, float]] | None, drop_full_masks: bool,
-                    world_size: int) -> dict[str, float]:
-    """Every loss term and metric of `model` over this process's `held_out` batches and the other processes'."""
+                    world_size: int, seed: int) -> dict[str, float]:
+    """Every loss term and metric of `model` over this process's `held_out` batches and the other processes', in
+    eval mode and under RNGs seeded with `seed`; the model's mode and the training RNGs are given back after."""
     sums: dict[str, Any] = {}  # on the device until the end (no wait per batch)
     weights: dict[str, int] = {}  # targets (losses) or examples (metrics) behind each key
-    for raw in held_out:
-        count = batches.target_counts(raw)
-        batch = batches.to_device(raw, device, drop_full_masks)
-        with autocast(precision, device):
-            output = model(**batch)
-        values = {name: (value.detach().float(), count[key])
-                  for name, (value, key) in batches.loss_terms(output, count).items() if count[key]}
-        if metrics_fn is not None:
-            values.update({key: (value, count[EXAMPLES]) for key, value in metrics_fn(batch, output).items()})
-        for key, (value, n) in values.items():
-            sums[key] = sums.get(key, 0.0) + value * n
-            weights[key] = weights.get(key, 0) + n
+    was_training = model.training
+    model.eval()
+    try:
+        with forked_rng(seed, device):
+            for raw in held_out:
+                count = batches.target_counts(raw)
+                batch = batches.to_device(raw, device, drop_full_masks)
+                with autocast(precision, device):
+                    output = model(**batch)
+                values = {name: (value.detach().float(), count[key])
+                          for name, (value, key) in batches.loss_terms(output, count).items() if count[key]}
+                if metrics_fn is not None:
+                    values.update({key: (value, count[EXAMPLES]) for key, value in metrics_fn(batch, output).items()})
+                for key, (value, n) in values.items():
+                    sums[key] = sums.get(key, 0.0) + value * n
+                    weights[key] = weights.get(key, 0) + n
+    finally:
+        model.train(was_training)
     scores = distributed.means({key: float(value) for key, value in sums.items()}, weights, world_size)
     if not scores:
         raise ValueError("eval_dataset is empty")

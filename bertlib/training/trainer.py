@@ -1,25 +1,17 @@
 """One Trainer for pretraining and fine-tuning: AdamW, warmup + linear decay, AMP, accumulation, DDP, checkpoints.
 
     cfg = TrainingConfig(max_steps=1000, batch_size=32, lr=1e-4, warmup_ratio=0.1, out_dir="runs/mlm")
-    trainer = Trainer(model, cfg, train_dataset, collate_fn, eval_dataset=None, metrics_fn=None,
-                      batch_sampler=None, eval_batch_sampler=None)
+    trainer = Trainer(model, cfg, train_dataset, collate_fn, eval_dataset=None, metrics_fn=None)
     history = trainer.train()           # resumes from the newest intact checkpoint in out_dir, if any
     trainer.evaluate()                  # {"loss": ..., <metrics>: ...} over all of eval_dataset
 
-The same loop trains BertForPreTraining (notebook 06) and BertForSequenceClassification (notebook 07) on a CPU,
-one GPU, or several under `torchrun --nproc_per_node=N`. A dataset is map-style; `collate_fn` turns a list of
-items into a dict of tensors; the model is called as `model(**batch)` and returns an object with `.loss`, whose
-other `*_loss` fields (mlm_loss, nsp_loss) are logged, as is `metrics_fn(batch, output) -> dict[str, float]`.
-A step is one update over `accumulation_steps` micro-batches in every process, and its loss is the mean over
-every target of the step, as one big batch would give: each `X_loss` (a mean over its batch's `X_labels`) is
-weighted by the batch's share of the step's targets, so MLM is normalised by the step's predicted tokens, as
-google-research/bert does for one batch.
-
-The loop and its step are here; each other piece is a module of its own: batches (seeded from their place in
-the data, so masks repeat in workers and on resume), step_log (numbers stay on the device until a logging step
-reads them), update (fused AdamW, fp16 loss scaling, no update after a bad step), checkpoint_writer (in the
-background), resume (exact; other settings refused), interrupt (Ctrl-C: stop after the step, with a checkpoint)
-and distributed (DDP). A non-finite loss stops the run naming the step, back at the step before it.
+It trains BertForPreTraining (notebook 06) and BertForSequenceClassification (07) on a CPU, one GPU, or several
+under torchrun. `collate_fn` makes a dict of tensors, `model(**batch)` returns `.loss`; its other `*_loss` fields
+and `metrics_fn(batch, output)` are logged. A step's loss is the mean over every target of its micro-batches
+and processes, as one big batch would give: MLM is normalised by the step's predicted tokens (google-research/bert).
+Here are the loop and its step; the other pieces are modules of bertlib.training: batches, step_log, update,
+checkpoint_writer, evaluation, resume, interrupt and distributed. A non-finite loss stops the run naming the
+step, back at the step before it.
 
 References: AdamW (Loshchilov & Hutter 2019); BERT's recipe (Devlin et al. 2019, google-research/bert
 optimization.py); transformers' Trainer (token-count loss normalisation); nanoGPT's train.py (reads on logging).
@@ -54,8 +46,8 @@ from bertlib.training.history import History
 from bertlib.training.interrupt import StopRequests
 from bertlib.training.optimizer import param_groups
 from bertlib.training.precision import autocast, loss_scaler, resolve_precision
-from bertlib.training.rng import forked_rng, rng_state, seed_everything, set_rng_state
-from bertlib.training.sampling import BatchSampler, RandomBatchSampler, sequential_batches
+from bertlib.training.rng import rng_state, seed_everything, set_rng_state
+from bertlib.training.sampling import BatchSampler, RandomBatchSampler
 from bertlib.training.schedule import linear_warmup_decay, schedule_at
 from bertlib.training.step_log import BadStep, StepLog
 from bertlib.training.update import Update, adamw
@@ -90,13 +82,8 @@ class Trainer:
         self.batch_sampler = batch_sampler or RandomBatchSampler(len(train_dataset), config.batch_size,
                                                                  config.seed, config.shuffle)
         self.eval_batch_sampler = eval_batch_sampler
-        for sampler in (self.batch_sampler, eval_batch_sampler):
-            if sampler is not None:
-                batches.check_sampler(sampler)
-        self.batch_sampler.set_shard(self.rank, self.world_size)
-        if eval_batch_sampler is not None:
-            eval_batch_sampler.set_shard(0, 1)  # every batch is evaluated; they are dealt to processes here
-        batches.check_batches(self.batch_sampler, len(train_dataset), self.world_size, config.accumulation_steps)
+        batches.prepare_samplers(self.batch_sampler, eval_batch_sampler, len(train_dataset), self.rank,
+                                 self.world_size, config.accumulation_steps)
         self._lock = None if config.out_dir is None else resume.open_run_folder(Path(config.out_dir), self.is_main,
                                                                                 self.world_size)
         if self._lock is not None:
@@ -281,26 +268,16 @@ class Trainer:
 
     def evaluate(self) -> dict[str, float]:
         """Loss, *_loss and metrics_fn values over every example of eval_dataset (all processes together): losses
-        are means over all targets, as in training (bertlib.training.evaluation). Runs in eval mode, and gives
-        the training RNGs back after."""
+        are means over all targets, as in training (bertlib.training.evaluation)."""
         if self.eval_dataset is None:
             raise ValueError("evaluate() needs an eval_dataset")
-        if self.eval_batch_sampler is not None:
-            self.eval_batch_sampler.set_epoch(0)
-            order = list(self.eval_batch_sampler)
-        else:
-            order = sequential_batches(len(self.eval_dataset), self.config.eval_batch_size or self.config.batch_size)
+        order = batches.evaluation_order(self.eval_batch_sampler, len(self.eval_dataset),
+                                         self.config.eval_batch_size or self.config.batch_size)
         held_out = batches.evaluation_batches(self.eval_dataset, self.collate_fn, order, self.config.seed,
                                               self.config.num_workers, self._pin_memory, self.rank, self.world_size)
-        was_training = self.model.training
-        self._eval_model.eval()
-        try:
-            with forked_rng(self.config.seed, self.device):
-                return held_out_scores(self._eval_model, held_out, device=self.device, precision=self.precision,
-                                       metrics_fn=self.metrics_fn, drop_full_masks=self._drop_full_masks,
-                                       world_size=self.world_size)
-        finally:
-            self._eval_model.train(was_training)
+        return held_out_scores(self._eval_model, held_out, device=self.device, precision=self.precision,
+                               metrics_fn=self.metrics_fn, drop_full_masks=self._drop_full_masks,
+                               world_size=self.world_size, seed=self.config.seed)
 
     # -- checkpoints and resuming -----------------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -34,9 +35,68 @@ def test_reading_time_counts_prose_and_code_but_not_the_badges_header_or_setup_c
              nbformat.v4.new_markdown_cell("# 00 · Title"), nbformat.v4.new_markdown_cell(f"{headers.HEADER_MARK} x y"),
              nbformat.v4.new_code_cell("# @title Setup\n" + "skipped " * 50),
              nbformat.v4.new_markdown_cell("word " * 290), nbformat.v4.new_code_cell("x = 1")]
-    assert headers.reading_minutes(nbformat.v4.new_notebook(cells=cells)) == (1, 4 + 290 + 3)
+    reading = headers.reading_words(nbformat.v4.new_notebook(cells=cells))
+    assert reading == (4 + 290 + 3, 4 + 290 + 3) and reading.main_minutes == reading.total_minutes == 1
     cells.append(nbformat.v4.new_markdown_cell("word " * 200))
-    assert headers.reading_minutes(nbformat.v4.new_notebook(cells=cells)) == (2, 497)
+    assert headers.reading_words(nbformat.v4.new_notebook(cells=cells)).main_minutes == 2
+
+
+def test_the_main_line_leaves_out_details_blocks_and_folded_code_cells():
+    folded = nbformat.v4.new_code_cell("y = 2  " * 100)
+    folded.metadata["jupyter"] = {"source_hidden": True}
+    cells = [nbformat.v4.new_code_cell("# @title Setup"),
+             nbformat.v4.new_markdown_cell("one two\n\n<details>\n<summary>Going deeper: three</summary>\n\n"
+                                           + "deep " * 400 + "\n\n</details>\n\nfour five"),
+             folded, nbformat.v4.new_code_cell("x = 1")]
+    reading = headers.reading_words(nbformat.v4.new_notebook(cells=cells))
+    assert reading.main_words == 2 + 2 + 3
+    assert reading.total_words == 2 + 1 + 3 + 400 + 1 + 2 + 300 + 3
+    assert (reading.main_minutes, reading.total_minutes) == (1, 4)
+    path = ROOT / "notebooks" / "04_attention.ipynb"
+    header = headers.header_source(path, nbformat.v4.new_notebook(cells=cells), {})
+    assert "about 1 minutes on the main line (7 words of prose and code), 4 with the folded" in header
+
+
+MAIN_LINE_MINUTES = 30
+COURSE_MAIN_LINE_MINUTES = 180
+
+
+def test_each_notebook_reads_in_one_sitting_and_the_course_in_under_three_hours():
+    """The bound of the header's own count: each notebook's main line 30 minutes or less, the course's under 3
+    hours; depth goes into folded "Going deeper" blocks, which this does not bound."""
+    main = {path.name: headers.reading_words(nbformat.read(path, as_version=4)).main_minutes
+            for path in runner.notebook_paths()}
+    assert {name: minutes for name, minutes in main.items() if minutes > MAIN_LINE_MINUTES} == {}
+    assert sum(main.values()) < COURSE_MAIN_LINE_MINUTES, main
+
+
+def folded_blocks(notebook) -> list[str]:
+    """The `<details>` blocks of a notebook's markdown cells, each as written."""
+    return [block for cell in notebook.cells if cell.cell_type == "markdown"
+            for block in headers.FOLDED_BLOCK.findall(cell.source)]
+
+
+FOLD = re.compile(r"(?:^|\n)<details>\n<summary>[^\n<]*(?:<code>[^\n<]*</code>[^\n<]*)*</summary>\n\n(.+)\n\n</details>$",
+                  re.DOTALL)
+
+
+@pytest.mark.parametrize("path", setup_cell.notebooks_to_set_up(), ids=lambda path: path.name)
+def test_every_folded_block_is_written_so_jupyter_colab_and_the_site_render_its_markdown(path):
+    """`<details>` on a line of its own, a one-line summary, then a blank line: without that blank line Jupyter
+    and the site print the block's markdown raw. No heading inside (it would end the block on the site), no
+    block inside another, and every block closed."""
+    notebook = nbformat.read(path, as_version=4)
+    for cell in notebook.cells:
+        if cell.cell_type != "markdown":
+            continue
+        assert cell.source.count("<details>") == cell.source.count("</details>") == len(
+            headers.FOLDED_BLOCK.findall(cell.source)), cell.source[:200]
+        for block in headers.FOLDED_BLOCK.findall(cell.source):
+            start = cell.source.index(block)
+            assert start == 0 or cell.source[start - 1] == "\n", block[:200]
+            body = FOLD.match(block)
+            assert body is not None, f"{path.name}: a folded block not written as <details>, <summary>, a blank line: {block[:200]}"
+            assert "<details>" not in body.group(1) and not re.search(r"^#", body.group(1), re.MULTILINE), block[:200]
 
 
 def test_the_gpu_cells_are_found_in_06_and_07_only():

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
+from html.parser import HTMLParser
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from bertlib.course import setup_cell, site
+from bertlib.course import headers, setup_cell, site
 
 pytest.importorskip("myst_nb", reason='the site extra is missing: pip install -e ".[site]"')
 pytestmark = pytest.mark.slow
@@ -128,3 +129,56 @@ def test_screenshots_refuse_a_folder_of_other_files_and_a_site_without_the_page(
         return  # no browser here: the page check below needs one to reach
     with pytest.raises(site.SiteError, match="has no page for 04_attention"):
         site.screenshots(tmp_path, tmp_path / "new", ["04_attention"])
+
+
+class _Folds(HTMLParser):
+    """Every `<details>` element of a page, closed: its summary's text, its text, and how many paragraphs it holds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.open: list[dict] = []
+        self.closed: list[dict] = []
+
+    def handle_starttag(self, tag: str, attrs) -> None:
+        if tag == "details":
+            self.open.append({"summary": "", "text": "", "paragraphs": 0, "in_summary": False})
+        elif self.open and tag == "summary":
+            self.open[-1]["in_summary"] = True
+        elif self.open and tag == "p":
+            self.open[-1]["paragraphs"] += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "details" and self.open:
+            self.closed.append(self.open.pop())
+        elif tag == "summary" and self.open:
+            self.open[-1]["in_summary"] = False
+
+    def handle_data(self, data: str) -> None:
+        for fold in self.open:
+            fold["text"] += data
+        if self.open and self.open[-1]["in_summary"]:
+            self.open[-1]["summary"] += data
+
+
+def _plain(text: str) -> str:
+    return " ".join(re.sub(r"<[^>]+>", "", text).split())
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: f"{path.parent.name}/{path.name}")
+def test_every_folded_block_renders_folded_on_its_page_with_its_markdown_rendered(built, path):
+    """Each `<details>` block of the notebook's markdown is a closed `<details>` on its page, in order, holding
+    its paragraphs as HTML (no raw ** or ]( left), and its last words inside it, not after it."""
+    relative = path.relative_to(setup_cell.notebooks_to_set_up()[0].parent.parent).as_posix()
+    folds = _Folds()
+    folds.feed((built / relative).with_suffix(".html").read_text(encoding="utf-8"))
+    assert folds.open == [], f"{relative}: a <details> never closed"
+    rendered = iter(folds.closed)  # outputs' own folds (course.show) may sit between them
+    notebook = nbformat.read(path, as_version=4)
+    for block in (block for cell in notebook.cells if cell.cell_type == "markdown"
+                  for block in headers.FOLDED_BLOCK.findall(cell.source)):
+        summary = _plain(re.search(r"<summary>(.*?)</summary>", block, re.DOTALL).group(1))
+        fold = next((fold for fold in rendered if _plain(fold["summary"]) == summary), None)
+        assert fold is not None, f"{relative}: no folded block {summary!r} on the page, in order"
+        assert fold["paragraphs"] >= 1 and "**" not in fold["text"] and "](" not in fold["text"], summary
+        last_words = re.findall(r"[A-Za-z]{4,}", block.rsplit("</details>", 1)[0])[-3:]
+        assert all(word in fold["text"] for word in last_words), (summary, last_words)

@@ -3,7 +3,7 @@
 `python -m bertlib.course.setup_cell --write-notebooks` writes both into every notebook and solution, and
 `python -m bertlib.course --inplace` rewrites the header after it runs a notebook. The header's parts come
 from three places: `CATALOG` (what a notebook builds and which notebooks it builds on: the only typed words),
-the notebook's own cells (reading time, at WORDS_PER_MINUTE; whether a cell branches on a CUDA device) and
+the notebook's own cells (reading time at WORDS_PER_MINUTE, of the main line and with the folded parts; whether a cell branches on a CUDA device) and
 notebooks/run_times.json, where the runner keeps the seconds each notebook took in its last full run and the
 device that run reported. Imports no torch.
 
@@ -126,13 +126,48 @@ def has_gpu_cell(notebook: NotebookNode) -> bool:
     return any(cell.cell_type == "code" and _GPU_CELL.search(cell.source) for cell in notebook.cells)
 
 
-def reading_minutes(notebook: NotebookNode) -> tuple[int, int]:
-    """(minutes, words): the words of every cell but the badges, the header and the setup cell (the first code
-    cell), at WORDS_PER_MINUTE."""
+class Reading(NamedTuple):
+    """A notebook's words of prose and code: on its main line, and in all, folded parts included."""
+
+    main_words: int
+    total_words: int
+
+    @property
+    def main_minutes(self) -> int:
+        return minutes_for(self.main_words)
+
+    @property
+    def total_minutes(self) -> int:
+        return minutes_for(self.total_words)
+
+
+def minutes_for(words: int) -> int:
+    """Minutes to read `words` at WORDS_PER_MINUTE, at least 1."""
+    return max(1, round(words / WORDS_PER_MINUTE))
+
+
+FOLDED_BLOCK = re.compile(r"<details>.*?</details>", re.DOTALL)
+"""A "Going deeper" block of a markdown cell: folded where the notebook is read, so off the main line."""
+
+
+def is_folded_code(cell: NotebookNode) -> bool:
+    """Whether a code cell's source stays folded (`jupyter.source_hidden`; Colab's form view goes with it)."""
+    return cell.cell_type == "code" and bool(cell.metadata.get("jupyter", {}).get("source_hidden"))
+
+
+def reading_words(notebook: NotebookNode) -> Reading:
+    """The words of every cell but the badges, the header and the setup cell (the first code cell): all of them,
+    and those of the main line, which leaves out `<details>` blocks and folded code cells."""
     setup = next((cell for cell in notebook.cells if cell.cell_type == "code"), None)
-    words = sum(len(cell.source.split()) for cell in notebook.cells
-                if cell is not setup and not cell.source.startswith((BADGE_MARK, HEADER_MARK)))
-    return max(1, round(words / WORDS_PER_MINUTE)), words
+    main = total = 0
+    for cell in notebook.cells:
+        if cell is setup or cell.source.startswith((BADGE_MARK, HEADER_MARK)):
+            continue
+        words = len(cell.source.split())
+        total += words
+        if not is_folded_code(cell):
+            main += len(FOLDED_BLOCK.sub(" ", cell.source).split()) if cell.cell_type == "markdown" else words
+    return Reading(main, total)
 
 
 def _link(number: str, folder: Path, solutions: bool) -> str:
@@ -158,7 +193,12 @@ def header_source(path: Path, notebook: NotebookNode, run_times: dict[str, dict[
     else:
         builds = entry.builds
         needs = [_link(n, path.parent, solutions=False) for n in entry.builds_on]
-    minutes, words = reading_minutes(notebook)
+    reading = reading_words(notebook)
+    if reading.main_words == reading.total_words:
+        read = f"about {reading.main_minutes} minutes ({reading.total_words:,} words of prose and code)"
+    else:
+        read = (f"about {reading.main_minutes} minutes on the main line ({reading.main_words:,} words of prose and "
+                f"code), {reading.total_minutes} with the folded \"Going deeper\" parts ({reading.total_words:,})")
     run = run_times.get(notebook_key(path))
     if run is None:
         running = "not measured yet (`python -m bertlib.course --inplace` measures it)"
@@ -170,7 +210,7 @@ def header_source(path: Path, notebook: NotebookNode, run_times: dict[str, dict[
     return "\n".join([
         f"{HEADER_MARK} {builds}.",
         f"- **Builds on:** {', '.join(needs) if needs else 'nothing: start here'}",
-        f"- **Reading:** about {minutes} minutes ({words:,} words of prose and code) · **Running:** {running} · "
+        f"- **Reading:** {read} · **Running:** {running} · "
         f"**GPU cell:** {gpu}",
     ])
 

@@ -27,7 +27,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from bertlib.course.headers import BADGE_MARK, notebook_key
+from bertlib.course.headers import BADGE_MARK, is_folded_code, notebook_key
 from bertlib.course.session import artifacts_dir
 from bertlib.course.setup_cell import COLAB_BADGE_IMAGE, KAGGLE_BADGE_IMAGE, REPOSITORY, notebooks_to_set_up
 
@@ -134,7 +134,7 @@ def stage(source: Path, notebooks: list[Path], repository: str = REPOSITORY) -> 
             raise SiteError(f"{path}: its first cell is not the launch badges; run python -m "
                             "bertlib.course.setup_cell --write-notebooks")
         for cell in notebook.cells:  # the setup cell and the course's folded code: folded on the site too
-            if cell.cell_type == "code" and cell.metadata.get("jupyter", {}).get("source_hidden"):
+            if is_folded_code(cell):
                 cell.metadata.setdefault("tags", []).append("hide-input")
         up = "../" * (len(relative.parts) - 1)
         for url, (file, *_) in BADGE_IMAGES.items():

@@ -76,8 +76,8 @@ def folded_blocks(notebook) -> list[str]:
             for block in headers.FOLDED_BLOCK.findall(cell.source)]
 
 
-FOLD = re.compile(r"(?:^|\n)<details>\n<summary>[^\n<]*(?:<code>[^\n<]*</code>[^\n<]*)*</summary>\n\n(.+)\n\n</details>$",
-                  re.DOTALL)
+FOLD = re.compile(r"(?:^|\n)<details>\n<summary>[^\n<]*(?:<code>[^\n<]*</code>[^\n<]*)*</summary>\n\n"
+                  r"(.+)\n\n</details>$", re.DOTALL)
 
 
 @pytest.mark.parametrize("path", setup_cell.notebooks_to_set_up(), ids=lambda path: path.name)
@@ -95,7 +95,7 @@ def test_every_folded_block_is_written_so_jupyter_colab_and_the_site_render_its_
             start = cell.source.index(block)
             assert start == 0 or cell.source[start - 1] == "\n", block[:200]
             body = FOLD.match(block)
-            assert body is not None, f"{path.name}: a folded block not written as <details>, <summary>, a blank line: {block[:200]}"
+            assert body is not None, f"{path.name}: not <details>, a <summary> line, a blank line: {block[:200]}"
             assert "<details>" not in body.group(1) and not re.search(r"^#", body.group(1), re.MULTILINE), block[:200]
 
 

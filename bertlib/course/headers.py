@@ -3,9 +3,9 @@
 `python -m bertlib.course.setup_cell --write-notebooks` writes both into every notebook and solution, and
 `python -m bertlib.course --inplace` rewrites the header after it runs a notebook. The header's parts come
 from three places: `CATALOG` (what a notebook builds and which notebooks it builds on: the only typed words),
-the notebook's own cells (reading time at WORDS_PER_MINUTE, of the main line and with the folded parts; whether a cell branches on a CUDA device) and
-notebooks/run_times.json, where the runner keeps the seconds each notebook took in its last full run and the
-device that run reported. Imports no torch.
+the notebook's own cells (reading time at WORDS_PER_MINUTE, of the main line and with the folded parts; whether
+a cell branches on a CUDA device) and notebooks/run_times.json, where the runner keeps the seconds each notebook
+took in its last full run and the device that run reported. Imports no torch.
 
 Leaves out: timing anything itself; a notebook never run in full says "not measured yet".
 """

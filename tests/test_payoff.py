@@ -76,8 +76,11 @@ def test_the_correction_widens_the_interval_beyond_the_plain_t_interval():
 
 def test_verdicts_below_zero_and_across_zero():
     assert paired_gain(_scores([-0.05, -0.04, -0.06]), "pretrained", "control", 200, 100).verdict == "hurt"
-    assert paired_gain(_scores([0.05, -0.04, 0.01]), "pretrained", "control", 200, 100).verdict.startswith(
-        "made no difference")
+    unclear = paired_gain(_scores([0.05, -0.04, 0.01]), "pretrained", "control", 200, 100)
+    assert unclear.verdict == (f"cannot be told from zero with this sample (a gain under about "
+                               f"±{(unclear.high - unclear.low) / 2:.3f} would not show)")
+    assert unclear.outcome().startswith("the gain of pretraining cannot be told from zero")
+    assert unclear.outcome(pretraining=False).startswith("the difference cannot be told from zero")
 
 
 def test_an_arm_against_tfidf_averages_the_seeds_of_each_split_first():

@@ -152,16 +152,26 @@ class Gain:
     seeds: int
 
     @property
+    def half_width(self) -> float:
+        """Half the interval's width: about the smallest gain this sample could tell from zero."""
+        return (self.high - self.low) / 2
+
+    @property
     def verdict(self) -> str:
-        """'helped' when the interval lies above 0, 'hurt' below, else 'made no difference these runs can see'."""
-        return "helped" if self.low > 0 else "hurt" if self.high < 0 else "made no difference these runs can see"
+        """'helped' when the interval lies above 0, 'hurt' below, else that this sample cannot tell it from zero
+        (which is not "no effect": a gain smaller than about half the interval's width could hide in it)."""
+        if self.low > 0 or self.high < 0:
+            return "helped" if self.low > 0 else "hurt"
+        return f"cannot be told from zero with this sample (a gain under about ±{self.half_width:.3f} would not show)"
 
     def outcome(self, pretraining: bool = True) -> str:
         """What the interval says: what pretraining did, or (against another kind of model, pretraining=False)
         whether the arm is ahead."""
-        if pretraining:
-            return f"pretraining {self.verdict}"
-        return "ahead" if self.low > 0 else "behind" if self.high < 0 else "no difference these runs can see"
+        if self.low > 0 or self.high < 0:
+            if pretraining:
+                return f"pretraining {self.verdict}"
+            return "ahead" if self.low > 0 else "behind"
+        return f"{'the gain of pretraining' if pretraining else 'the difference'} {self.verdict}"
 
     def line(self, pretraining: bool = True) -> str:
         """One sentence that states the result with its interval and its outcome."""

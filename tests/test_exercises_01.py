@@ -166,7 +166,7 @@ HTML_MISTAKES = {
     "content-removed": (strip_content_too, "keep the text between tags"),
     "once": (lambda t: strip_html(t, repeat=False), "escaped twice"),
     "known-names-only": (lambda t: strip_html(t, tag=re.compile(r"</?(?:br|p|div|span|b|i|a)\b[^<>]*>", re.I)),
-                         "not only the names you listed"),
+                         "more element names than you listed"),
     "unescape-then-strip-once": (lambda t: TAG.sub(" ", html.unescape(t)), "escaped twice"),
 }
 

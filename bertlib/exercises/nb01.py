@@ -201,8 +201,9 @@ def check_invisible_offsets(solution, rng: np.random.Generator) -> None:
 # 01.strip_html
 # --------------------------------------------------------------------------------------------------
 
-HTML_HINT = ("replace every tag ('<' or '</', a letter, then anything but '<' and '>' up to '>') by a space and "
-             "decode entities with html.unescape, both repeated until the text stops changing")
+HTML_HINT = ("replace every tag by a space (for this check any name may be taken as a tag: '<' or '</', a letter, "
+             "then anything but '<' and '>' up to '>') and decode entities with html.unescape, both repeated until "
+             "the text stops changing")
 _TAG = re.compile(r"</?[a-z][^<>]*>", re.IGNORECASE)
 
 
@@ -224,17 +225,17 @@ def _html_mistakes(text: str) -> Mistakes:
          lambda: _html(text, unescape=False)),
         ("replace a tag by a space, not by nothing: 'word<br>word' must not become 'wordword'",
          lambda: _html(text, replacement="")),
-        ("'<3' and 'a < b' are text, not tags: a tag starts with '<' or '</' followed by a letter",
+        ("'<3' and 'a < b' are text, not tags: a tag's '<' or '</' is followed by a name",
          lambda: _html(text, tag=re.compile(r"<[^>]*>"))),
-        ("'<3' and 'a < b' are text, not tags: a tag starts with '<' or '</' followed by a letter",
+        ("'<3' and 'a < b' are text, not tags: a tag's '<' or '</' is followed by a name",
          lambda: _html(text, tag=re.compile(r"<[^<>]*>"))),
         ("your tag pattern is greedy: '<.*>' runs from the first '<' to the last '>', text included; a tag ends "
          "at its own '>' ([^<>]* or .*?)", lambda: _html(text, tag=re.compile(r"<.*>"))),
         ("tag names are case-insensitive: <B> and <BR> are tags too", lambda: _html(text, tag=re.compile(
             r"</?[a-z][^<>]*>"))),
-        ("a tag is any name after '<' or '</', not only the names you listed: <center>, <hr>, <s> and <img> are "
-         "tags too", lambda: _html(text, tag=re.compile(r"</?(br|p|div|span|b|i|u|a|em|strong)\b[^<>]*>",
-                                                         re.IGNORECASE))),
+        ("the check's texts hold more element names than you listed (<center>, <hr>, <s>, <img>): for this check "
+         "any name may be taken as a tag",
+         lambda: _html(text, tag=re.compile(r"</?(br|p|div|span|b|i|u|a|em|strong)\b[^<>]*>", re.IGNORECASE))),
         ("keep the text between tags: only the tags go (<b>bold</b> -> bold)",
          lambda: _html(text, tag=re.compile(r"<([a-z]+)[^<>]*>.*?</\1\s*>|</?[a-z][^<>]*>", re.IGNORECASE))),
         ("comments are often escaped twice (&amp;amp; or &amp;lt;br&amp;gt;): repeat until the text stops "

@@ -33,7 +33,7 @@ from bertlib.training.checkpoint import latest_checkpoint, load_checkpoint
 from bertlib.training.config import TrainingConfig
 from bertlib.training.history import History
 from bertlib.training.optimizer import param_groups
-from bertlib.training.precision import precision_line, resolve_precision
+from bertlib.training.precision import precision_line, resolve_precision, use_tf32
 from bertlib.training.schedule import linear_warmup_decay, noam_schedule
 from bertlib.training.trainer import Trainer
 
@@ -453,6 +453,21 @@ def test_auto_precision_follows_native_bf16_not_emulation(monkeypatch, capabilit
     assert gpu in line and f"compute capability {capability[0]}.{capability[1]}" in line
     assert ("has native bf16" in line) == (expected == "bf16")
     assert precision_line("fp32", "cpu") == "precision fp32: no CUDA GPU (cpu)"
+
+
+@pytest.mark.parametrize(("capability", "turned_on"), [((7, 5), False), ((8, 0), True), ((9, 0), True)])
+def test_tf32_goes_on_for_fp32_matmuls_on_ampere_and_newer_only(monkeypatch, capability, turned_on):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a, **k: capability)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a, **k: "a GPU")
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        assert use_tf32("cpu") is False and torch.get_float32_matmul_precision() == "highest"
+        assert use_tf32("cuda") is turned_on
+        assert torch.get_float32_matmul_precision() == ("high" if turned_on else "highest")
+        assert ("matmuls in TF32" in precision_line("fp32", "cuda")) == turned_on
+    finally:
+        torch.set_float32_matmul_precision(before)
 
 
 def test_auto_precision_on_cpu_is_fp32_and_bf16_runs():

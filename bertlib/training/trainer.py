@@ -45,7 +45,7 @@ from bertlib.training.evaluation import held_out_scores
 from bertlib.training.history import History
 from bertlib.training.interrupt import StopRequests
 from bertlib.training.optimizer import param_groups
-from bertlib.training.precision import autocast, loss_scaler, resolve_precision
+from bertlib.training.precision import autocast, loss_scaler, resolve_precision, use_tf32
 from bertlib.training.rng import rng_state, seed_everything, set_rng_state
 from bertlib.training.sampling import BatchSampler, RandomBatchSampler
 from bertlib.training.schedule import linear_warmup_decay, schedule_at
@@ -73,6 +73,7 @@ class Trainer:
         self.device = pick_device(config.device)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
+            use_tf32(self.device)
         self._pin_memory = self.device.type == "cuda"  # page-locked batches copy to the GPU without a wait
         self.precision = resolve_precision(config.precision, self.device)
         if config.eval_every is not None and eval_dataset is None:

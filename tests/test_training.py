@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -538,3 +539,21 @@ def test_ddp_two_processes_match_one_and_resume(tmp_path):
         assert [r[key] for r in ddp["mlm_records"]] == pytest.approx(expected, abs=1e-6), key
     for name, tensor in mlm.model.state_dict().items():
         torch.testing.assert_close(ddp["mlm_weights"][name], tensor, atol=1e-6, rtol=0, msg=name)
+
+
+def collate_noting_the_process(notes: Path, items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """masking_collate, writing down which process collated the batch."""
+    with notes.open("a") as file:
+        file.write(f"{os.getpid()}\n")
+    return masking_collate(items)
+
+
+def test_every_evaluation_of_a_run_uses_the_same_worker_processes(tmp_path):
+    notes = tmp_path / "pids.txt"
+    trainer = Trainer(pretrainer(), quiet(max_steps=1, batch_size=4, num_workers=1), pretraining_data(8),
+                      partial(collate_noting_the_process, notes), eval_dataset=pretraining_data(8))
+    first = trainer.evaluate()
+    assert trainer.evaluate() == first
+    pids = set(notes.read_text().split())
+    trainer.close()
+    assert len(pids) == 1 and pids != {str(os.getpid())}  # one pool, started once, not one per evaluation

@@ -24,7 +24,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "schedule": ("linear_warmup_decay", "noam_schedule", "schedule_at"),
     "time_budget": ("StepBudget", "check_seconds", "steps_in_budget", "time_steps", "fit_steps_to_budget"),
     "trainer": ("MetricsFn", "NonFiniteLossError", "Trainer"),
-    "batches": ("Batch", "EXAMPLES", "TOKENS", "BatchStream", "evaluation_batches", "target_counts", "loss_terms"),
+    "batches": ("Batch", "EXAMPLES", "TOKENS", "BatchStream", "HeldOutBatches", "evaluation_batches", "target_counts", "loss_terms"),
     "checkpoint_writer": ("CheckpointWriter",),
     "evaluation": ("held_out_scores",),
     "interrupt": ("StopRequests", "interrupted_line"),

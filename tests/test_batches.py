@@ -9,7 +9,14 @@ import torch
 from ddp_worker import masking_collate, pretraining_data, stack
 
 from bertlib.model.bert import ClassifierOutput, PreTrainingOutput
-from bertlib.training.batches import BatchStream, HeldOutBatches, evaluation_batches, loss_terms, target_counts, to_device
+from bertlib.training.batches import (
+    BatchStream,
+    HeldOutBatches,
+    evaluation_batches,
+    loss_terms,
+    target_counts,
+    to_device,
+)
 from bertlib.training.sampling import RandomBatchSampler, sequential_batches
 
 

@@ -5,7 +5,9 @@ it natively, else fp16 with a gradient scaler) of transformers' BertForPreTraini
 bertlib's (its MLM head at fixed-size prediction positions), both eager and under torch.compile, on the same
 packed batch with the same weights; then `python -m bertlib.pretrain` itself for --cli-minutes, whose median
 tokens/s is set against bertlib's raw step, and whose "took" line says how well --minutes held. Each figure is
-tokens per second over the timed steps, with the MFU it makes (bertlib.training.throughput: nanoGPT's estimate).
+tokens per second over the timed steps, with the MFU it makes (bertlib.training.throughput: nanoGPT's estimate,
+for the work each arm does: transformers' MLM head scores every position, bertlib's the prediction positions).
+Every arm trains with the same dropout (--dropout, 0.1 as BERT and the gpu recipe do).
 The last line is the ratios it measured.
 
     python benchmarks/bench_gpu_step.py [--config base] [--batch-size 128] [--seq-len 128] [--steps 30]
@@ -31,7 +33,7 @@ from bench_pretrain_step import make_batch
 from bertlib import BertConfig, BertForPreTraining
 from bertlib.model.hf import load_hf_state_dict
 from bertlib.pretraining.mlm import prediction_positions
-from bertlib.training.precision import autocast, resolve_precision
+from bertlib.training.precision import autocast, resolve_precision, use_tf32
 from bertlib.training.throughput import bert_flops_per_token, mfu, peak_tflops
 
 
@@ -82,7 +84,7 @@ def through_the_command(args: argparse.Namespace) -> tuple[float | None, str]:
         command = [sys.executable, "-m", "bertlib.pretrain", "--recipe", "gpu", "--objective", "mlm",
                    "--corpus", "sample", "--out", f"{folder}/run", "--config", args.config,
                    "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len),
-                   "--vocab-size", str(args.vocab_size),
+                   "--vocab-size", str(args.vocab_size), "--dropout", str(args.dropout),
                    "--minutes", str(args.cli_minutes), "--no-progress", "--device", args.device]
         command += ["--compile"] if args.compile else []
         done = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -107,6 +109,8 @@ def main() -> int:
     parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
                         help="also time both models under torch.compile (and the command with --compile)")
     parser.add_argument("--cli-minutes", type=float, default=0.5, help="budget of the command's run (0: skip it)")
+    parser.add_argument("--dropout", type=float, default=0.1,
+                        help="in every arm, the command's included (BERT's 0.1; the gpu recipe's)")
     parser.add_argument("--peak-tflops", type=float, default=None, help="the GPU's peak (default: known GPUs)")
     parser.add_argument("--allow-cpu", action="store_true", help="run on the CPU to check the script")
     args = parser.parse_args()
@@ -117,14 +121,15 @@ def main() -> int:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     args.device = device.type
     precision = resolve_precision("auto", device)
+    use_tf32(device)  # as the command's Trainer does
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (not a GPU figure)"
     peak = args.peak_tflops or peak_tflops(device, precision)
     print(f"{name}; torch {torch.__version__}, transformers {transformers.__version__}; {precision}; "
           f"BERT-{args.config}, batch {args.batch_size} x seq {args.seq_len}; peak "
           + (f"{peak:g} TFLOP/s" if peak else "unknown (give --peak-tflops)"))
 
-    config = BertConfig.preset(args.config, vocab_size=args.vocab_size, hidden_dropout_prob=0.0,
-                               attention_dropout_prob=0.0)
+    config = BertConfig.preset(args.config, vocab_size=args.vocab_size, hidden_dropout_prob=args.dropout,
+                               attention_dropout_prob=args.dropout)
     torch.manual_seed(0)
     theirs = transformers.BertForPreTraining(
         transformers.BertConfig(**config.to_hf_dict(), attn_implementation="sdpa")).to(device).train()
@@ -136,7 +141,10 @@ def main() -> int:
     batch["mlm_positions"] = prediction_positions(batch["mlm_labels"], slots)
     batch = {key: value.to(device) for key, value in batch.items()}
     tokens = args.batch_size * args.seq_len
-    flops = bert_flops_per_token(config, args.seq_len, slots / args.seq_len)
+    # FLOPs of the work each arm does: bertlib's MLM head scores the prediction positions only, transformers'
+    # scores every position (its loss then ignores most of them).
+    flops = {"bertlib": bert_flops_per_token(config, args.seq_len, slots / args.seq_len),
+             "transformers": bert_flops_per_token(config, args.seq_len, 1.0)}
 
     arms = {"transformers, eager": (theirs, "transformers"), "bertlib, eager": (ours, "bertlib")}
     if args.compile:
@@ -150,7 +158,7 @@ def main() -> int:
         if median is not None:
             speed[f"python -m bertlib.pretrain{' --compile' if args.compile else ''}"] = median
     for arm, value in speed.items():
-        used = mfu(value, flops, peak)
+        used = mfu(value, flops["transformers" if arm.startswith("transformers") else "bertlib"], peak)
         print(f"  {arm:<40} {value:>12,.0f} tokens/s" + (f"  MFU {used:.1%}" if used is not None else ""))
     if took:
         print(f"  {took}")

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -110,34 +111,51 @@ MLM_SETTINGS = dict(max_steps=2, lr=1e-3, warmup_steps=0, shuffle=False, log_eve
 BERTLIB = Path(bertlib.__file__).resolve().parent
 HOST_SIDE = {BERTLIB / "training" / name for name in ("batches.py", "sampling.py")}  # CPU tensors only: no wait
 # What brings a value to the host. (Tensor.to(device) is left out: on a CPU every tensor is already there.)
-READS = ("item", "tolist", "numpy", "cpu", "__float__", "__int__", "__bool__", "__index__")
+READS = ("item", "tolist", "numpy", "cpu", "__float__", "__int__", "__bool__", "__index__", "nonzero")
+
+
+def _reads_a_mask(tensor: torch.Tensor, index: Any) -> bool:
+    """Whether indexing `tensor` with `index` selects by a boolean mask: its size is only known on the host."""
+    parts = index if isinstance(index, tuple) else (index,)
+    return any(isinstance(part, torch.Tensor) and part.dtype == torch.bool for part in parts)
 
 
 @contextlib.contextmanager
-def device_reads(trainer: Trainer) -> Iterator[list[int]]:
+def device_reads(trainer: Trainer | Callable[[], int]) -> Iterator[list[int]]:
     """Note every read of a tensor's value that bertlib's code makes, outside its batch work on the CPU, as the
-    step `trainer` had reached: on a GPU, each is a wait for the device. On a CPU nothing waits, so this is how a
-    test sees what a GPU run would wait for (a `float(loss)` added to the step shows up at every step)."""
+    step `trainer` had reached (or the step a callable gives): on a GPU, each is a wait for the device. Reads
+    are the calls in READS, torch.nonzero and indexing by a boolean mask. On a CPU nothing waits, so this is how
+    a test sees what a GPU run would wait for (a `float(loss)` added to the step shows up at every step)."""
     reads: list[int] = []
-    originals = {name: getattr(torch.Tensor, name) for name in READS}
+    step = trainer if callable(trainer) else (lambda: trainer.step)
+    patched = {(torch.Tensor, name): getattr(torch.Tensor, name) for name in READS}
+    patched[(torch, "nonzero")] = torch.nonzero
+    patched[(torch.Tensor, "__getitem__")] = torch.Tensor.__getitem__
 
-    def counted(original):
-        def read(tensor, *args, **kwargs):
-            frame = sys._getframe(1)
-            while frame is not None and not frame.f_code.co_filename.startswith(str(BERTLIB)):
-                frame = frame.f_back  # torch's own frames, called from bertlib, count as bertlib's read
-            if frame is not None and Path(frame.f_code.co_filename) not in HOST_SIDE:
-                reads.append(trainer.step)
-            return original(tensor, *args, **kwargs)
+    def note() -> None:
+        frame = sys._getframe(2)
+        while frame is not None and not frame.f_code.co_filename.startswith(str(BERTLIB)):
+            frame = frame.f_back  # torch's own frames, called from bertlib, count as bertlib's read
+        first = frame
+        while frame is not None and Path(frame.f_code.co_filename) not in HOST_SIDE:
+            frame = frame.f_back  # collating a batch (called from batches.py) is host work
+        if first is not None and frame is None:
+            reads.append(step())
+
+    def counted(name, original):
+        def read(*args, **kwargs):
+            if name != "__getitem__" or _reads_a_mask(*args[:2]):
+                note()
+            return original(*args, **kwargs)
         return read
 
-    for name, original in originals.items():
-        setattr(torch.Tensor, name, counted(original))
+    for (owner, name), original in patched.items():
+        setattr(owner, name, counted(name, original))
     try:
         yield reads
     finally:
-        for name, original in originals.items():
-            setattr(torch.Tensor, name, original)
+        for (owner, name), original in patched.items():
+            setattr(owner, name, original)
 
 
 def interrupted_on_rank_1(out_dir: Path, data: list[dict[str, torch.Tensor]]) -> tuple[list[int], list[int]]:

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import os
+
+import pytest
 import torch
 from ddp_worker import masking_collate, pretraining_data, stack
 
 from bertlib.model.bert import ClassifierOutput, PreTrainingOutput
-from bertlib.training.batches import BatchStream, evaluation_batches, loss_terms, target_counts, to_device
+from bertlib.training.batches import (
+    BatchStream,
+    HeldOutBatches,
+    evaluation_batches,
+    loss_terms,
+    target_counts,
+    to_device,
+)
 from bertlib.training.sampling import RandomBatchSampler, sequential_batches
 
 
@@ -87,3 +97,22 @@ def test_held_out_batches_are_masked_by_their_index_however_they_are_dealt():
         assert torch.equal(batch["mlm_labels"], dealt[index % 2][index // 2]["mlm_labels"])
     twice = list(evaluation_batches(data, masking_collate, [[0, 1, 2, 3], [0, 1, 2, 3]], seed=0))
     assert not torch.equal(twice[0]["mlm_labels"], twice[1]["mlm_labels"])  # the same examples, each index its masks
+
+
+def collated_where(examples: list) -> dict[str, torch.Tensor]:
+    """masking_collate, and the process that collated the batch."""
+    return {**masking_collate(examples), "pid": torch.tensor(os.getpid())}
+
+
+def test_held_out_batches_keep_their_workers_between_passes_and_give_the_same_batches():
+    held_out = HeldOutBatches(pretraining_data(12), collated_where, sequential_batches(12, 4), seed=0, num_workers=1)
+    first, second = list(held_out), list(held_out)
+    assert len(first) == 3 and {int(b["pid"]) for b in first} == {int(b["pid"]) for b in second} != {os.getpid()}
+    for a, b in zip(first, second, strict=True):
+        assert torch.equal(a["mlm_labels"], b["mlm_labels"])
+    held_out.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        list(held_out)
+    fresh = list(evaluation_batches(pretraining_data(12), collated_where, sequential_batches(12, 4), seed=0,
+                                    num_workers=1))  # one pass, its own pool: another worker process
+    assert {int(b["pid"]) for b in fresh}.isdisjoint({int(b["pid"]) for b in first})

@@ -31,6 +31,7 @@ def test_the_write_runs_in_the_background_from_a_copy_of_the_state(tmp_path, mon
     release.set()
     writer.finish()
     assert torch.equal(checkpoint.load_checkpoint(tmp_path / "checkpoint-1.pt")["model"]["weight"], torch.zeros(3))
+    assert writer._pinned == {}  # CPU tensors are cloned: no page-locked buffers
 
 
 def test_a_failed_write_is_raised_once_where_the_caller_asks(tmp_path, monkeypatch):
@@ -57,3 +58,20 @@ def test_each_write_prunes_to_the_newest_checkpoints_of_the_run(tmp_path):
         writer.start(state(step, torch.zeros(1)), tmp_path / checkpoint.checkpoint_name(step))
     writer.finish()
     assert [path.name for path in checkpoint.list_checkpoints(tmp_path)] == ["checkpoint-2.pt", "checkpoint-3.pt"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: pinned buffers and a CUDA event")
+def test_on_a_gpu_each_write_holds_its_steps_values_from_buffers_made_once(tmp_path):
+    writer, weight, expected = CheckpointWriter(keep=3), torch.zeros(2048, 2048, device="cuda"), []
+    for step in (1, 2, 3):
+        expected.append(weight.cpu())
+        writer.start(state(step, weight), tmp_path / checkpoint.checkpoint_name(step))  # returns before the copy ends
+        for _ in range(20):  # the updates that follow, queued behind the copy
+            weight.add_(1.0).mul_(1.001)
+        if step == 1:
+            buffer = writer._pinned[("model", "weight")]
+    writer.finish()
+    assert buffer.is_pinned() and writer._pinned[("model", "weight")] is buffer
+    for step, values in enumerate(expected, start=1):
+        saved = checkpoint.load_checkpoint(tmp_path / checkpoint.checkpoint_name(step))["model"]["weight"]
+        assert torch.equal(saved, values), step

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,7 @@ from bertlib.training.checkpoint import latest_checkpoint, load_checkpoint
 from bertlib.training.config import TrainingConfig
 from bertlib.training.history import History
 from bertlib.training.optimizer import param_groups
-from bertlib.training.precision import precision_line, resolve_precision
+from bertlib.training.precision import precision_line, resolve_precision, use_tf32
 from bertlib.training.schedule import linear_warmup_decay, noam_schedule
 from bertlib.training.trainer import Trainer
 
@@ -455,6 +456,21 @@ def test_auto_precision_follows_native_bf16_not_emulation(monkeypatch, capabilit
     assert precision_line("fp32", "cpu") == "precision fp32: no CUDA GPU (cpu)"
 
 
+@pytest.mark.parametrize(("capability", "turned_on"), [((7, 5), False), ((8, 0), True), ((9, 0), True)])
+def test_tf32_goes_on_for_fp32_matmuls_on_ampere_and_newer_only(monkeypatch, capability, turned_on):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a, **k: capability)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a, **k: "a GPU")
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        assert use_tf32("cpu") is False and torch.get_float32_matmul_precision() == "highest"
+        assert use_tf32("cuda") is turned_on
+        assert torch.get_float32_matmul_precision() == ("high" if turned_on else "highest")
+        assert ("matmuls in TF32" in precision_line("fp32", "cuda")) == turned_on
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
 def test_auto_precision_on_cpu_is_fp32_and_bf16_runs():
     data = classification_data(8)
     auto = Trainer(classifier(), quiet(max_steps=1, batch_size=4), data, stack)
@@ -523,3 +539,21 @@ def test_ddp_two_processes_match_one_and_resume(tmp_path):
         assert [r[key] for r in ddp["mlm_records"]] == pytest.approx(expected, abs=1e-6), key
     for name, tensor in mlm.model.state_dict().items():
         torch.testing.assert_close(ddp["mlm_weights"][name], tensor, atol=1e-6, rtol=0, msg=name)
+
+
+def collate_noting_the_process(notes: Path, items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """masking_collate, writing down which process collated the batch."""
+    with notes.open("a") as file:
+        file.write(f"{os.getpid()}\n")
+    return masking_collate(items)
+
+
+def test_every_evaluation_of_a_run_uses_the_same_worker_processes(tmp_path):
+    notes = tmp_path / "pids.txt"
+    trainer = Trainer(pretrainer(), quiet(max_steps=1, batch_size=4, num_workers=1), pretraining_data(8),
+                      partial(collate_noting_the_process, notes), eval_dataset=pretraining_data(8))
+    first = trainer.evaluate()
+    assert trainer.evaluate() == first
+    pids = set(notes.read_text().split())
+    trainer.close()
+    assert len(pids) == 1 and pids != {str(os.getpid())}  # one pool, started once, not one per evaluation

@@ -155,14 +155,38 @@ def _loader(batches: SeededBatches, keys: Iterator | list, num_workers: int, pin
                       persistent_workers=persistent and num_workers > 0, generator=torch.Generator().manual_seed(seed))
 
 
+class HeldOutBatches:
+    """One process's share of the held-out batches, `batches[first_index::every]`, for every evaluation of a run:
+    batch i is seeded from (seed, EVALUATION, 0, i), so a random collator masks it the same way whoever collates
+    it, and each pass yields the same batches. Its worker processes stay alive between passes (a new pool for
+    each evaluation would pay their start-up every time) until close()."""
+
+    def __init__(self, dataset: Dataset, collate_fn: Callable[[list[Any]], Batch], batches: list[list[int]],
+                 seed: int, num_workers: int = 0, pin_memory: bool = False, first_index: int = 0, every: int = 1):
+        keys = [((EVALUATION, 0, index), batches[index]) for index in range(first_index, len(batches), every)]
+        self._loader: DataLoader | None = _loader(SeededBatches(dataset, collate_fn, seed), keys, num_workers,
+                                                  pin_memory, seed, persistent=True)
+
+    def __iter__(self) -> Iterator[Batch]:
+        if self._loader is None:
+            raise RuntimeError("these held-out batches were closed")
+        for _, batch in self._loader:
+            yield batch
+
+    def close(self) -> None:
+        """Stop the worker processes (the loader, and with it its live iterator, is let go)."""
+        self._loader = None
+
+
 def evaluation_batches(dataset: Dataset, collate_fn: Callable[[list[Any]], Batch], batches: list[list[int]],
                        seed: int, num_workers: int = 0, pin_memory: bool = False,
                        first_index: int = 0, every: int = 1) -> Iterator[Batch]:
-    """The held-out batches `batches[first_index::every]` (one process's share), collated; batch i is seeded from
-    (seed, EVALUATION, 0, i), so a random collator masks it the same way whoever collates it."""
-    keys = [((EVALUATION, 0, index), batches[index]) for index in range(first_index, len(batches), every)]
-    for _, batch in _loader(SeededBatches(dataset, collate_fn, seed), keys, num_workers, pin_memory, seed):
-        yield batch
+    """One pass over HeldOutBatches, whose workers end with it."""
+    held_out = HeldOutBatches(dataset, collate_fn, batches, seed, num_workers, pin_memory, first_index, every)
+    try:
+        yield from held_out
+    finally:
+        held_out.close()
 
 
 class BatchStream:

@@ -6,11 +6,15 @@
     error = writer.wait()        # waits, and hands the error back instead: for a caller with another error to report
 
 Why: a checkpoint of BERT-base with AdamW's state is 1.3 GB; written in the step, it would stall the GPU for
-seconds. The copy is taken before start() returns, because the optimizer goes on updating the live tensors.
+seconds. The copy is taken before start() returns, because the optimizer goes on updating the live tensors. A GPU
+tensor is copied without waiting, into a page-locked (pinned) buffer allocated at the first checkpoint and
+reused by every later one; the copies are queued on the GPU's stream ahead of the next update, so they see the
+step's values, and the writer thread waits for them (a CUDA event) before it saves. CPU tensors are cloned.
 Each file is written atomically and pruned to the newest `keep` of this run (bertlib.training.checkpoint), so
 a run killed mid-write leaves the previous checkpoint whole.
 
-Leaves out: copies into pinned memory, and more than one write in flight.
+Leaves out: more than one write in flight (the next start() waits for the last), so the buffers are never
+overwritten while a write reads them.
 """
 
 from __future__ import annotations
@@ -24,14 +28,21 @@ import torch
 from bertlib.training import checkpoint
 
 
-def copied(value: Any) -> Any:
-    """A checkpoint state with every tensor copied to the CPU (dicts and lists walked), sharing nothing live."""
+def copied(value: Any, pinned: dict[tuple, torch.Tensor] | None = None, where: tuple = ()) -> Any:
+    """A checkpoint state with every tensor copied to the CPU (dicts and lists walked), sharing nothing live. GPU
+    tensors go into `pinned`'s buffers (by their place in the state, made where missing) without a wait, where a
+    dict of buffers is given."""
     if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu", copy=True)
+        if pinned is None or value.device.type != "cuda":
+            return value.detach().to("cpu", copy=True)
+        buffer = pinned.get(where)
+        if buffer is None or buffer.shape != value.shape or buffer.dtype != value.dtype:
+            buffer = pinned[where] = torch.empty(value.shape, dtype=value.dtype, pin_memory=True)
+        return buffer.copy_(value.detach(), non_blocking=True)
     if isinstance(value, dict):
-        return {key: copied(item) for key, item in value.items()}
+        return {key: copied(item, pinned, (*where, key)) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(copied(item) for item in value)
+        return type(value)(copied(item, pinned, (*where, index)) for index, item in enumerate(value))
     return value
 
 
@@ -40,14 +51,19 @@ class CheckpointWriter:
 
     def __init__(self, keep: int):
         self.keep = keep
+        self._pinned: dict[tuple, torch.Tensor] = {}  # page-locked buffers for GPU tensors, made once
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
 
     def start(self, state: dict[str, Any], path: Path) -> None:
         """Finish the previous write (raising its error), then write a copy of `state` to `path` in the background."""
         self.finish()
-        state = copied(state)
-        self._thread = threading.Thread(target=self._write, args=(state, Path(path), state["step"]),
+        state = copied(state, self._pinned)
+        copies_done = None
+        if self._pinned:  # GPU copies were queued: the thread waits for them, not this one
+            copies_done = torch.cuda.Event()
+            copies_done.record()
+        self._thread = threading.Thread(target=self._write, args=(state, Path(path), state["step"], copies_done),
                                         name=f"bertlib checkpoint {state['step']}")
         self._thread.start()
 
@@ -65,9 +81,12 @@ class CheckpointWriter:
         error, self._error = self._error, None
         return error
 
-    def _write(self, state: dict[str, Any], path: Path, step: int) -> None:
-        """On the writer thread: save atomically, then prune; an error is kept for the training thread."""
+    def _write(self, state: dict[str, Any], path: Path, step: int, copies_done: torch.cuda.Event | None) -> None:
+        """On the writer thread: wait for the GPU's copies, save atomically, then prune; an error is kept for the
+        training thread."""
         try:
+            if copies_done is not None:
+                copies_done.synchronize()
             checkpoint.save_checkpoint(state, path)
             checkpoint.prune_checkpoints(path.parent, self.keep, up_to=step)
         except BaseException as error:  # raised again on the training thread

@@ -45,7 +45,7 @@ from bertlib.training.evaluation import held_out_scores
 from bertlib.training.history import History
 from bertlib.training.interrupt import StopRequests
 from bertlib.training.optimizer import param_groups
-from bertlib.training.precision import autocast, loss_scaler, resolve_precision
+from bertlib.training.precision import autocast, loss_scaler, resolve_precision, use_tf32
 from bertlib.training.rng import rng_state, seed_everything, set_rng_state
 from bertlib.training.sampling import BatchSampler, RandomBatchSampler
 from bertlib.training.schedule import linear_warmup_decay, schedule_at
@@ -73,6 +73,7 @@ class Trainer:
         self.device = pick_device(config.device)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
+            use_tf32(self.device)
         self._pin_memory = self.device.type == "cuda"  # page-locked batches copy to the GPU without a wait
         self.precision = resolve_precision(config.precision, self.device)
         if config.eval_every is not None and eval_dataset is None:
@@ -103,6 +104,7 @@ class Trainer:
         self.update = Update(self.optimizer, self.scaler, self.log.all_finite)
         self.stream = BatchStream(train_dataset, self.collate_fn, self.batch_sampler, seed=config.seed,
                                    rank=self.rank, num_workers=config.num_workers, pin_memory=self._pin_memory)
+        self._held_out: batches.HeldOutBatches | None = None  # made at the first evaluation
         self.writer = CheckpointWriter(config.keep_checkpoints)
         self.stop = StopRequests(announce=self.is_main, together=self.world_size > 1, saves=config.out_dir is not None)
         self.step = 0  # optimizer updates done
@@ -149,7 +151,7 @@ class Trainer:
                     bar.update(1)
                     self._after_step(started, target, bar)
             except BaseException:
-                self.stream.close()
+                self._stop_workers()
                 failed_write = self.writer.wait()
                 if failed_write is not None:
                     warnings.warn(f"a checkpoint could not be written: {failed_write}", stacklevel=2)
@@ -157,7 +159,7 @@ class Trainer:
             finally:
                 bar.close()
         if self.step >= self.max_steps:
-            self.stream.close()
+            self._stop_workers()
         if self.stop.requested:  # Ctrl-C after the last step: everything is saved already
             raise self.stop.interrupt(self.step, self.config.out_dir)
         return self.history
@@ -271,11 +273,13 @@ class Trainer:
         are means over all targets, as in training (bertlib.training.evaluation)."""
         if self.eval_dataset is None:
             raise ValueError("evaluate() needs an eval_dataset")
-        order = batches.evaluation_order(self.eval_batch_sampler, len(self.eval_dataset),
-                                         self.config.eval_batch_size or self.config.batch_size)
-        held_out = batches.evaluation_batches(self.eval_dataset, self.collate_fn, order, self.config.seed,
-                                              self.config.num_workers, self._pin_memory, self.rank, self.world_size)
-        return held_out_scores(self._eval_model, held_out, device=self.device, precision=self.precision,
+        if self._held_out is None:  # made once: its workers serve every evaluation of the run
+            order = batches.evaluation_order(self.eval_batch_sampler, len(self.eval_dataset),
+                                             self.config.eval_batch_size or self.config.batch_size)
+            self._held_out = batches.HeldOutBatches(self.eval_dataset, self.collate_fn, order, self.config.seed,
+                                                    self.config.num_workers, self._pin_memory, self.rank,
+                                                    self.world_size)
+        return held_out_scores(self._eval_model, self._held_out, device=self.device, precision=self.precision,
                                metrics_fn=self.metrics_fn, drop_full_masks=self._drop_full_masks,
                                world_size=self.world_size, seed=self.config.seed)
 
@@ -348,10 +352,17 @@ class Trainer:
         self.log.load_state_dict(state)
         set_rng_state(state["rng"][self.rank], self.device)
 
+    def _stop_workers(self) -> None:
+        """Stop the training batches' worker processes and the held-out batches'."""
+        self.stream.close()
+        if self._held_out is not None:
+            self._held_out.close()
+            self._held_out = None
+
     def close(self) -> None:
         """Finish the checkpoint being written, stop the batch workers, release the out_dir lock and leave the
         process group if this Trainer joined it (end of a script)."""
-        self.stream.close()
+        self._stop_workers()
         self.writer.finish()
         if self._lock is not None:
             self._lock.release()

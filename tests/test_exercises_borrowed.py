@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from sklearn.metrics import roc_auc_score
+from torch import nn
 
 from bertlib import BertConfig, exercises
 from bertlib.exercises import checking, references
@@ -210,3 +211,46 @@ def test_an_unrelated_bertlib_helper_is_allowed():
 
     result = exercises.check("01.strip_html", own_strip_html)
     assert result.reason != "your code calls bertlib's version"
+
+
+HANDED_IN_ATTENTION = exercises.use("04.multi_head_attention", None, quiet=True)  # 04 not done: the reference
+
+
+class LayerOnTheHandedInAttention(nn.Module):
+    """05's worked solution as a learner writes it after skipping 04: `use` gave it bertlib's reference."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.attention = MultiHeadSelfAttention(config)
+        self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.ffn = FeedForward(config)
+        self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, x, attention_mask):
+        attended = HANDED_IN_ATTENTION(self.attention, x, attention_mask.bool())  # (batch, seq, hidden)
+        h = self.attention_norm(x + self.dropout(attended))
+        return self.ffn_norm(h + self.dropout(self.ffn(h)))
+
+
+def test_a_piece_use_handed_in_for_another_exercise_is_never_held_against_the_learner():
+    assert HANDED_IN_ATTENTION is references.multi_head_attention
+    exercises.check("05.encoder_layer", LayerOnTheHandedInAttention, strict=True)
+    own_piece = exercises.use("05.encoder_layer", None, quiet=True)  # the piece itself, handed out: still refused
+    assert "bertlib's reference answer" in exercises.check("05.encoder_layer", own_piece).message
+
+
+def test_a_library_helper_that_shares_a_decorators_code_with_the_refused_function_is_allowed():
+    """scikit-learn wraps roc_auc_score and confusion_matrix in one validate_params wrapper: one __code__."""
+    from sklearn.metrics import confusion_matrix
+
+    def roc_auc_with_a_helper(labels, scores):
+        assert confusion_matrix([0, 1], [0, 1]).trace() == 2  # any use of another scikit-learn function
+        positive = np.asarray(labels).astype(bool)
+        if positive.all() or not positive.any():
+            return float("nan")
+        pos, neg = scores[positive][:, None], scores[~positive][None, :]  # (P, 1), (1, N)
+        return float(np.mean(pos > neg) + 0.5 * np.mean(pos == neg))
+
+    exercises.check("07.roc_auc", roc_auc_with_a_helper, strict=True)
+    assert not exercises.check("07.roc_auc", lambda labels, scores: roc_auc_score(labels, scores)).passed

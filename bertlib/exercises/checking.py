@@ -218,8 +218,9 @@ def _functions(obj: Any) -> builtins.list[types.FunctionType]:
     """The Python functions whose code `obj` runs when called: itself, a method's function, a class's methods."""
     if isinstance(obj, types.MethodType):
         obj = obj.__func__
-    if inspect.isfunction(obj):
-        return [obj]
+    if inspect.isfunction(obj):  # a decorated function runs the code it wraps (many share one wrapper's code)
+        unwrapped = inspect.unwrap(obj)
+        return [unwrapped if inspect.isfunction(unwrapped) else obj]
     if inspect.isclass(obj):
         members = [member.fget if isinstance(member, property) else getattr(member, "__func__", member)
                    for member in vars(obj).values()]
@@ -286,9 +287,14 @@ def _reference_module(module: str) -> bool:
     return module == f"{prefix}references" or module.startswith(f"{prefix}nb")
 
 
-def borrowed(solution: Any, implemented_by: Iterable[str]) -> builtins.list[str]:
+_HANDED_IN: dict[int, tuple[str, Any]] = {}
+"""What `use` handed out in place of a piece the learner has not done: id -> (its exercise id, the object)."""
+
+
+def borrowed(solution: Any, implemented_by: Iterable[str], exercise_id: str | None = None) -> builtins.list[str]:
     """The bertlib code that implements the same piece and that `solution` is or reaches, as written
-    ("eager_attention (bertlib.model.attention.eager_attention)"); bertlib's reference answers count too.
+    ("eager_attention (bertlib.model.attention.eager_attention)"); bertlib's reference answers count too, except
+    one that `use` handed in for another exercise (04's attention inside 05's layer): the notebook gave it.
 
     Read from the code, not run: global names, attributes of modules, imports, closures, defaults, base classes
     and the learner's own helpers, followed to any depth. Empty when the code is all the learner's.
@@ -299,6 +305,9 @@ def borrowed(solution: Any, implemented_by: Iterable[str]) -> builtins.list[str]
     classes = tuple(obj for obj in named.values() if inspect.isclass(obj))
 
     def verdict(name: str, value: Any) -> str | None:
+        handed_in = _HANDED_IN.get(id(value))
+        if handed_in is not None and handed_in[1] is value and handed_in[0] != exercise_id:
+            return None
         if id(value) in by_identity:
             return f"{name} ({by_identity[id(value)]})"
         if not inspect.isclass(value):
@@ -440,7 +449,7 @@ def check(exercise_id: str, solution: Any, *, strict: bool = False, seed: int = 
                         "not attempted yet")
         return _verdict(result, strict)
     try:
-        reached = borrowed(solution, ex.implemented_by)
+        reached = borrowed(solution, ex.implemented_by, exercise_id)
     except Exception:  # code too unusual to inspect never breaks the notebook: the tripwires below still catch a call
         reached = []
     if reached:
@@ -509,6 +518,7 @@ def use(exercise_id: str, solution: Any, *, quiet: bool = False) -> Any:
         reason = result.reason
     if not quiet:
         print(f"{exercise_id}: {reason} — using bertlib's reference until yours passes")
+    _HANDED_IN[id(fallback)] = (exercise_id, fallback)  # never held against a learner whose code it serves
     return fallback
 
 

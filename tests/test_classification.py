@@ -40,6 +40,7 @@ from bertlib.finetuning.predict import main as predict_main
 from bertlib.finetuning.recipe import FineTuneConfig, fine_tune, make_batch_sampler
 from bertlib.finetuning.run import _parser as finetune_parser
 from bertlib.finetuning.run import main as finetune_main
+from bertlib.finetuning.run import training_config
 from bertlib.finetuning.split import prepare_comments, stratified_split
 from bertlib.text.fast_tokenizer import encode_texts, load_tokenizer
 from bertlib.training.sampling import LengthGroupedBatchSampler, length_grouped_batches
@@ -547,3 +548,12 @@ def test_two_processes_make_the_requested_epochs_not_twice_as_many(tiny_checkpoi
     run = json.loads((out / "run.json").read_text())
     # 64 training comments in 8 batches of 8, dealt to 2 processes: one epoch is 4 steps in each.
     assert run["steps"] == 4 and history["epoch"].max() == pytest.approx(1.0)
+
+
+def test_finetune_takes_no_progress_as_pretrain_does():
+    from bertlib.pretraining.cli import _parser as pretrain_parser
+
+    quiet = ["--init", "x", "--out", "y", "--no-progress"]
+    assert training_config(finetune_parser().parse_args(quiet)).progress is False
+    assert training_config(finetune_parser().parse_args(quiet[:-1])).progress is True
+    assert pretrain_parser().parse_args(["--corpus", "x", "--out", "y", "--no-progress"]).progress is False

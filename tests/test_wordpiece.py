@@ -212,6 +212,8 @@ def test_batches_match_reference(tok, reference):
 def test_batch_input_errors_are_clear(tok):
     with pytest.raises(TypeError, match="batch item 1"):
         tok.encode_batch(["fine", 3])
+    with pytest.raises(TypeError, match=r"a list of texts, not one str \('hello'\): pass \[text\]"):
+        tok.encode_batch("hello")  # never five one-letter texts
     with pytest.raises(ValueError, match="needs a max_length"):
         tok.encode_batch(["x"], padding="max_length")
     with pytest.raises(TypeError, match="expected text as a str, got float"):

@@ -326,7 +326,8 @@ def run_finetune(run: RunConfig) -> RunResult:
             summary["baseline_test_metrics"] = _headline(baseline_table)
         if kaggle_test is not None:
             kaggle_names, kaggle_labels = task_labels(kaggle_test.frame, run.task)
-            probs = result.classifier.predict(kaggle_test.texts, batch_size=2 * config.batch_size, progress=True)
+            probs = result.classifier.predict(kaggle_test.texts, batch_size=2 * config.batch_size,
+                                              progress=config.progress)
             kaggle_table = evaluate(probs, kaggle_labels, kaggle_names, result.classifier.thresholds,
                                     bootstrap=config.bootstrap, seed=config.seed, min_positives=config.min_positives)
             summary["kaggle_test_metrics"] = _headline(kaggle_table)
@@ -391,6 +392,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--baseline", action="store_true", help="also fit the TF-IDF baseline on the same parts")
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--device", default=None)
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                        help="progress bars on stderr (--no-progress: the summary lines only, as pretrain takes it)")
     return parser
 
 
@@ -424,6 +427,17 @@ def check_args(args: argparse.Namespace) -> None:
         raise FineTuneError("--patience needs --eval-every (the steps between the validation losses it compares)")
 
 
+def training_config(args: argparse.Namespace) -> FineTuneConfig:
+    """The fine-tuning settings the command line gave."""
+    return FineTuneConfig(
+        max_len=args.max_len, batch_size=args.batch_size, epochs=args.epochs, max_steps=args.max_steps, lr=args.lr,
+        pos_weight_cap=args.pos_weight_cap, padding=args.padding, group_by_length=not args.no_group,
+        precision=args.precision, eval_every=args.eval_every, patience=args.patience, clean=not args.no_clean,
+        bootstrap=args.bootstrap, min_positives=args.min_positives, seed=args.seed, device=args.device,
+        progress=args.progress,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse the arguments and call `run_finetune`; every refusal (arguments, --out, data, a resume of another run,
     a locked folder, a diverging loss) is one line on stderr, exit 2; Ctrl-C one line, exit 130."""
@@ -433,12 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     except FineTuneError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    training = FineTuneConfig(
-        max_len=args.max_len, batch_size=args.batch_size, epochs=args.epochs, max_steps=args.max_steps, lr=args.lr,
-        pos_weight_cap=args.pos_weight_cap, padding=args.padding, group_by_length=not args.no_group,
-        precision=args.precision, eval_every=args.eval_every, patience=args.patience, clean=not args.no_clean,
-        bootstrap=args.bootstrap, min_positives=args.min_positives, seed=args.seed, device=args.device,
-    )
+    training = training_config(args)
     run = RunConfig(init=args.init, out=args.out, data=args.data, task=args.task, kaggle_test=args.test,
                     limit=args.limit, val_fraction=args.val_fraction, test_fraction=args.test_fraction,
                     baseline=args.baseline, training=training)

@@ -386,6 +386,9 @@ class WordPieceTokenizer:
         padding: "longest" (to the longest in the batch), "max_length", or False (ragged lists).
         return_tensors="pt" gives LongTensors of shape (batch, seq_len) instead of lists of lists.
         """
+        if isinstance(inputs, str):  # iterating it would encode each character as a text of its own
+            raise TypeError(f"encode_batch takes a list of texts, not one str ({inputs[:40]!r}): pass [text], or "
+                            "use encode(text)")
         if padding not in ("longest", "max_length", False):
             raise ValueError(f"padding must be 'longest', 'max_length' or False, not {padding!r}")
         if padding == "max_length" and max_length is None:

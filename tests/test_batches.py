@@ -12,7 +12,6 @@ from bertlib.model.bert import ClassifierOutput, PreTrainingOutput
 from bertlib.training.batches import (
     BatchStream,
     HeldOutBatches,
-    evaluation_batches,
     loss_terms,
     target_counts,
     to_device,
@@ -72,7 +71,7 @@ def test_collating_seeds_the_cpu_generator_only(monkeypatch):
     seeded = []
     monkeypatch.setattr(torch.cuda, "manual_seed_all", seeded.append)
     BatchStream(pretraining_data(8), masking_collate, RandomBatchSampler(8, 4), seed=0).take(2)
-    assert len(list(evaluation_batches(pretraining_data(8), masking_collate, sequential_batches(8, 4), seed=0))) == 2
+    assert len(list(HeldOutBatches(pretraining_data(8), masking_collate, sequential_batches(8, 4), seed=0))) == 2
     assert seeded == []
 
 
@@ -89,13 +88,13 @@ def test_a_stream_sought_to_a_place_goes_on_as_the_uninterrupted_one():
 
 def test_held_out_batches_are_masked_by_their_index_however_they_are_dealt():
     data, order = pretraining_data(20), sequential_batches(20, 4)
-    alone = list(evaluation_batches(data, masking_collate, order, seed=0))
-    dealt = [list(evaluation_batches(data, masking_collate, order, seed=0, num_workers=1, first_index=rank, every=2))
+    alone = list(HeldOutBatches(data, masking_collate, order, seed=0))
+    dealt = [list(HeldOutBatches(data, masking_collate, order, seed=0, num_workers=1, first_index=rank, every=2))
              for rank in (0, 1)]
     assert len(alone) == 5 and [len(d) for d in dealt] == [3, 2]
     for index, batch in enumerate(alone):
         assert torch.equal(batch["mlm_labels"], dealt[index % 2][index // 2]["mlm_labels"])
-    twice = list(evaluation_batches(data, masking_collate, [[0, 1, 2, 3], [0, 1, 2, 3]], seed=0))
+    twice = list(HeldOutBatches(data, masking_collate, [[0, 1, 2, 3], [0, 1, 2, 3]], seed=0))
     assert not torch.equal(twice[0]["mlm_labels"], twice[1]["mlm_labels"])  # the same examples, each index its masks
 
 
@@ -113,6 +112,6 @@ def test_held_out_batches_keep_their_workers_between_passes_and_give_the_same_ba
     held_out.close()
     with pytest.raises(RuntimeError, match="closed"):
         list(held_out)
-    fresh = list(evaluation_batches(pretraining_data(12), collated_where, sequential_batches(12, 4), seed=0,
-                                    num_workers=1))  # one pass, its own pool: another worker process
+    fresh = list(HeldOutBatches(pretraining_data(12), collated_where, sequential_batches(12, 4), seed=0,
+                                num_workers=1))  # another instance, its own pool: another worker process
     assert {int(b["pid"]) for b in fresh}.isdisjoint({int(b["pid"]) for b in first})

@@ -157,21 +157,26 @@ class Gain:
         return (self.high - self.low) / 2
 
     @property
+    def told_from_zero(self) -> bool:
+        """Whether the interval lies wholly above or below 0."""
+        return self.low > 0 or self.high < 0
+
+    @property
     def verdict(self) -> str:
         """'helped' when the interval lies above 0, 'hurt' below, else that this sample cannot tell it from zero
         (which is not "no effect": a gain smaller than about half the interval's width could hide in it)."""
-        if self.low > 0 or self.high < 0:
+        if self.told_from_zero:
             return "helped" if self.low > 0 else "hurt"
         return f"cannot be told from zero with this sample (a gain under about ±{self.half_width:.3f} would not show)"
 
     def outcome(self, pretraining: bool = True) -> str:
         """What the interval says: what pretraining did, or (against another kind of model, pretraining=False)
         whether the arm is ahead."""
-        if self.low > 0 or self.high < 0:
-            if pretraining:
-                return f"pretraining {self.verdict}"
+        if pretraining:
+            return f"{'pretraining' if self.told_from_zero else 'the gain of pretraining'} {self.verdict}"
+        if self.told_from_zero:
             return "ahead" if self.low > 0 else "behind"
-        return f"{'the gain of pretraining' if pretraining else 'the difference'} {self.verdict}"
+        return f"the difference {self.verdict}"
 
     def line(self, pretraining: bool = True) -> str:
         """One sentence that states the result with its interval and its outcome."""

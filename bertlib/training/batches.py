@@ -3,7 +3,7 @@ and what each loss of a batch is a mean over.
 
     stream = BatchStream(dataset, collate_fn, sampler, seed=0, rank=0, num_workers=2, pin_memory=True)
     micro_batches = stream.take(2)        # the next two training batches; stream.epoch, stream.position advance
-    held_out = evaluation_batches(dataset, collate_fn, batches, seed=0, num_workers=2, pin_memory=True)
+    held_out = HeldOutBatches(dataset, collate_fn, batches, seed=0, num_workers=2, pin_memory=True)
     batch = to_device(micro_batches[0], device, drop_full_mask=True)
     counts = target_counts(micro_batches[0])  # {"examples": 4, "labels": 4, "tokens": 48}: what a loss averages over
     terms = loss_terms(output, counts)        # {"mlm_loss": (tensor, "mlm_labels"), "nsp_loss": (tensor, "nsp_labels")}
@@ -176,17 +176,6 @@ class HeldOutBatches:
     def close(self) -> None:
         """Stop the worker processes (the loader, and with it its live iterator, is let go)."""
         self._loader = None
-
-
-def evaluation_batches(dataset: Dataset, collate_fn: Callable[[list[Any]], Batch], batches: list[list[int]],
-                       seed: int, num_workers: int = 0, pin_memory: bool = False,
-                       first_index: int = 0, every: int = 1) -> Iterator[Batch]:
-    """One pass over HeldOutBatches, whose workers end with it."""
-    held_out = HeldOutBatches(dataset, collate_fn, batches, seed, num_workers, pin_memory, first_index, every)
-    try:
-        yield from held_out
-    finally:
-        held_out.close()
 
 
 class BatchStream:

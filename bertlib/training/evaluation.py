@@ -5,7 +5,7 @@
 
 Losses are means over all their targets (as in training: an MLM loss over every predicted token of the set, not a
 mean of batch means), metrics are means over examples. The batches come from bertlib.training.batches'
-evaluation_batches, each collated under a seed from its index, so a random collator masks the same tokens every
+HeldOutBatches, each collated under a seed from its index, so a random collator masks the same tokens every
 time, whatever the number of workers or processes. Each process scores its share; the sums are added up over
 processes before dividing.
 

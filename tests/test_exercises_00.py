@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bertlib import BertConfig, BertModel, exercises
+from bertlib import BertConfig, exercises
 
 SEEDS = range(3)
 
@@ -266,23 +266,18 @@ def embedding_params(config):
     return rows * config.hidden_size + 2 * config.hidden_size
 
 
-def embedding_params_from_a_model(config):
-    """Another right answer: count a BertModel's embedding parameters on the meta device, as a tensor."""
-    with torch.device("meta"):
-        model = BertModel(config)
-    return torch.tensor(sum(p.numel() for p in model.embeddings.parameters()))
-
-
-@pytest.mark.parametrize("solution", [embedding_params, embedding_params_from_a_model,
-                                      lambda c: float(embedding_params(c))], ids=["formula", "meta-model", "float"])
+@pytest.mark.parametrize("solution", [embedding_params, lambda c: float(embedding_params(c))],
+                         ids=["formula", "float"])
 def test_embedding_params_right_answers_pass(solution):
     for seed in SEEDS:
         exercises.check("00.embedding_params", solution, strict=True, seed=seed)
 
 
 def whole_model(config):
-    with torch.device("meta"):
-        return sum(p.numel() for p in BertModel(config).parameters())
+    """The whole BertModel by formula (a model built to count is refused: the count is the exercise)."""
+    hidden, inner = config.hidden_size, config.intermediate_size
+    layer = 4 * (hidden * hidden + hidden) + 2 * hidden * inner + inner + hidden + 2 * 2 * hidden
+    return embedding_params(config) + config.num_layers * layer + hidden * hidden + hidden
 
 
 PARAM_MISTAKES = {

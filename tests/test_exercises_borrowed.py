@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 import torch
@@ -10,7 +12,7 @@ from sklearn.metrics import roc_auc_score
 from test_exercises_05 import EncoderLayer as RightLayer
 
 from bertlib import BertConfig, exercises
-from bertlib.exercises import checking, references
+from bertlib.exercises import borrowing, checking, references
 from bertlib.model.attention import MultiHeadSelfAttention, eager_attention
 from bertlib.model.bert import EncoderLayer, FeedForward
 from bertlib.model.embeddings import sinusoidal_table
@@ -41,6 +43,11 @@ BERTLIB_ANSWERS = {  # exercise id: an answer that runs bertlib's own version of
     "03.embed": lambda embeddings, input_ids, token_type_ids: embeddings(input_ids, token_type_ids),
     "05.feed_forward": feed_forward_module,
 }
+def refused(owner):
+    """The reasons of a verdict refusing `owner`'s version: read from the code before it runs, or seen running."""
+    return {f"your code calls {owner}'s version", f"your code runs {owner}'s version"}
+
+
 GUARDED = [(ex.id, target) for ex in checking._load_all().values() for target in ex.implemented_by]
 
 
@@ -50,9 +57,16 @@ def test_the_capstone_pieces_and_every_piece_bertlib_implements_name_bertlib_s_v
             "06.mask_tokens", "06.pretraining_loss", "01.strip_html", "02.merge_step", "07.pad_collator"} <= guarded
 
 
+def _target(target):
+    """What a target names; one that a version of its library lacks (transformers 4's whole-word collator, which
+    transformers 5 folded into DataCollatorForLanguageModeling) is skipped."""
+    module = importlib.import_module(target.partition(":")[0])
+    return borrowing._imported(target) or pytest.skip(f"{target} is not in {module.__name__} installed here")
+
+
 @pytest.mark.parametrize(("exercise_id", "target"), GUARDED)
 def test_a_solution_that_calls_bertlib_s_version_is_refused_before_it_runs(exercise_id, target):
-    borrowed, ran = checking._resolve(target), []
+    borrowed, ran = _target(target), []
 
     def solution(*args, **kwargs):
         ran.append(True)
@@ -72,7 +86,7 @@ def test_bertlib_s_own_answers_pass_the_checker_and_check_refuses_them(exercise_
     answer = BERTLIB_ANSWERS[exercise_id]
     checking.get(exercise_id).checker(answer, np.random.default_rng(0))  # bertlib's piece is right
     result = exercises.check(exercise_id, answer)
-    assert not result.passed and result.reason == "your code calls bertlib's version", result.message
+    assert not result.passed and result.reason in refused("bertlib"), result.message
 
 
 def test_imports_inside_the_function_module_attributes_and_aliases_are_followed():
@@ -185,14 +199,14 @@ def test_torch_s_and_scikit_learn_s_own_pieces_are_refused_where_the_exercise_is
     for solution in (lambda scores: scores.softmax(dim=-1), lambda scores: torch.softmax(scores, -1),
                      lambda scores: F.softmax(scores, dim=-1), lambda scores: torch.nn.Softmax(dim=-1)(scores)):
         result = exercises.check("04.softmax", solution)
-        assert result.reason == "your code calls torch's version" and "testing torch" in result.message
+        assert result.reason in refused("torch") and "testing torch" in result.message
     for solution in (lambda z, y, w: F.binary_cross_entropy_with_logits(z, y, pos_weight=w),
                      lambda z, y, w: torch.nn.BCEWithLogitsLoss(pos_weight=w)(z, y)):
-        assert exercises.check("07.weighted_bce", solution).reason == "your code calls torch's version"
-    assert exercises.check("05.gelu", F.gelu).reason == "your code calls torch's version"
-    assert exercises.check("05.layer_norm", lambda x, w, b, eps: F.layer_norm(x, x.shape[-1:], w, b, eps)).reason == (
-        "your code calls torch's version")
-    assert exercises.check("07.roc_auc", roc_auc_score).reason == "your code calls scikit-learn's version"
+        assert exercises.check("07.weighted_bce", solution).reason in refused("torch")
+    assert exercises.check("05.gelu", F.gelu).reason in refused("torch")
+    layer_norm = exercises.check("05.layer_norm", lambda x, w, b, eps: F.layer_norm(x, x.shape[-1:], w, b, eps))
+    assert layer_norm.reason in refused("torch")
+    assert exercises.check("07.roc_auc", roc_auc_score).reason in refused("scikit-learn")
     assert torch.ones(2).softmax(dim=0).tolist() == [0.5, 0.5]  # torch's own method is itself again after a check
 
 
@@ -202,7 +216,7 @@ def test_attention_may_still_call_torch_s_softmax():
                                                                              float("-inf"))
         return scores.softmax(dim=-1).nan_to_num(0.0) @ v
 
-    assert exercises.check("04.attention", attention).reason != "your code calls torch's version"
+    assert exercises.check("04.attention", attention).reason not in refused("torch")
 
 
 def test_an_unrelated_bertlib_helper_is_allowed():
@@ -210,7 +224,7 @@ def test_an_unrelated_bertlib_helper_is_allowed():
         return "".join(ch for ch in text if not cleaning.is_pictograph(ch))
 
     result = exercises.check("01.strip_html", own_strip_html)
-    assert result.reason != "your code calls bertlib's version"
+    assert result.reason not in refused("bertlib")
 
 
 HANDED_IN_ATTENTION = exercises.use("04.multi_head_attention", None, quiet=True)  # 04 not done: the reference

@@ -127,6 +127,23 @@ def _strip_html(namespace: dict) -> Callable:
     return lambda text: strip(pattern.sub(" ", text))
 
 
+def _split_words(namespace: dict) -> Callable:
+    space_punctuation = namespace["wordpiece"].is_punctuation  # 02's space_cjk with is_punctuation for is_cjk
+    return lambda text: "".join(f" {char} " if space_punctuation(char) else char for char in text).split()
+
+
+def _rust_split(namespace: dict) -> Callable:
+    pre_tokenizer = namespace["pre_tokenizers"].BertPreTokenizer()  # 02 imports tokenizers' pre_tokenizers
+    return lambda text: [word for word, _ in pre_tokenizer.pre_tokenize_str(text)]
+
+
+def _frequencies(namespace: dict) -> Callable:
+    def frequencies(dim):  # row 1 of bertlib's table holds sin and cos of each frequency: their angle is it
+        sines_and_cosines = namespace["sinusoidal_table"](2, dim)[1].view(-1, 2)  # (dim/2, 2): (sin w_i, cos w_i)
+        return torch.atan2(sines_and_cosines[:, 0], sines_and_cosines[:, 1])
+    return frequencies
+
+
 def _pair_counts(splits: dict, word_counts: dict) -> tuple[Counter, Counter]:
     token_count, pair_count = Counter(), Counter()
     for word, split in splits.items():
@@ -231,10 +248,14 @@ def _feed_forward(namespace: dict) -> Callable:
 
 COPIES: dict[str, list[tuple[str, Callable[[dict], Callable]]]] = {
     "01.strip_html": [('TAG = re.compile(rf"</?({names})', _strip_html)],
+    "02.split_words": [('return "".join(f" {char} " if wordpiece.is_cjk(char) else char for char in text)',
+                        _split_words),
+                       ("from tokenizers import BertWordPieceTokenizer, normalizers, pre_tokenizers", _rust_split)],
     "02.pair_scores": [("-pair_count[p] / (token_count[p[0]] * token_count[p[1]])", _pair_scores)],
     "02.merge_pair": [("merged.append(left + right[2:])",
                        lambda namespace: lambda splits, pair: _merged(splits, *pair))],
     "02.merge_step": [("left, right = min(pair_count, key=lambda p: (", _merge_step)],
+    "03.frequencies": [("from bertlib.model import BertEmbeddings, sinusoidal_table", _frequencies)],
     "03.embed": [("summed = token_part + segment_part + position_part", _embed)],
     "04.softmax": [("weights = masked.softmax(dim=-1)", lambda namespace: lambda scores: scores.softmax(dim=-1))],
     "04.attention": [('masked = scaled.masked_fill(~keep_keys, float("-inf"))', lambda namespace: _attention)],
@@ -263,10 +284,14 @@ COPIES: dict[str, list[tuple[str, Callable[[dict], Callable]]]] = {
 }
 WRONG_WHEREVER_THEY_STAND = {  # copies the check refuses anyway: what the walk-through's version leaves out
     "01.strip_html": "the walk-through knows a dozen tag names, the exercise asks for any tag",
+    "02.split_words return": "bertlib's own is_punctuation, which the check refuses (the rule is the exercise)",
+    "02.split_words from": "tokenizers' own BertPreTokenizer, which the check refuses",
+    "03.frequencies": "bertlib's own sinusoidal_table, which the check refuses",
     "04.softmax": "torch's own softmax, which the check refuses",
     "05.gelu import": "torch's own F.gelu, which the check refuses",
     "05.layer_norm import": "torch's own F.layer_norm, which the check refuses",
     "07.roc_auc": "scikit-learn's own roc_auc_score, which the check refuses",
+    "06.pretraining_loss": "torch's own cross_entropy, which the check refuses",
     "05.parameter_count": "the walk-through writes 4H for the feed-forward width, the check tries other widths",
     "07.weighted_bce by_formula": "log(sigmoid(z)) is -inf for large negative logits",
     "07.weighted_bce by_torch": "torch's own loss, which the check refuses",

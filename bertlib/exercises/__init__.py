@@ -12,10 +12,11 @@ mistake by name. In a notebook `check` never raises; `strict=True` raises Assert
 NotImplementedError`, `...` or `pass`), read from the function's source; any other function that returns
 None or raises is told what happened, at the line of the learner's own code. Each call of the learner's
 code has a time limit (`CALL_TIME_LIMIT_S`) where the platform has SIGALRM, so an endless loop ends in a
-verdict, not a hung cell. Code that runs bertlib's own version of the piece (each exercise names them,
-`Exercise.implemented_by`) or bertlib's reference answers is refused with a verdict that names it: read from
-the code before it runs (`borrowed`), and caught while it runs where the code cannot show it (a layer the check
-passes in, called).
+verdict, not a hung cell. Code that runs the piece's own implementation (each exercise names them,
+`Exercise.implemented_by`: bertlib's, and the library's where the exercise is to write what torch, transformers,
+scikit-learn or scipy has) or bertlib's reference answer is refused with a verdict that names it: read from the
+code before it runs (`borrowed`), and watched while it runs (`borrowing.Watch`), however it was reached. What
+`use` handed in for another exercise is never held against the learner.
 
 `use("04.attention", fn)` is how later cells run the learner's code: `fn` when it passes, else bertlib's
 reference (from `references`), with one line saying which and why. `your_bert` assembles the learner's

@@ -9,8 +9,6 @@ import ast
 import builtins
 import contextlib
 import difflib
-import dis
-import functools
 import html
 import importlib
 import inspect
@@ -18,11 +16,8 @@ import linecache
 import numbers
 import pkgutil
 import signal
-import sys
-import sysconfig
 import threading
 import traceback
-import types
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +25,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from bertlib.exercises.borrowing import _HANDED_IN, Borrowed, Watch, _in_library, _library_folders, borrowed
 
 Checker = Callable[[Any, np.random.Generator], None]
 
@@ -47,8 +44,9 @@ class Exercise:
     """One exercise: its id ("03.sinusoidal"), title, the signature the learner writes, and its checker.
 
     `implemented_by` names bertlib's own versions of the same piece ("bertlib.model.attention:eager_attention"),
-    or torch's or scikit-learn's where the exercise is to write what they have ("torch:softmax"); a solution that
-    reaches one of them is refused, since its check would test that library, not the learner.
+    or a library's where the exercise is to write what it has ("torch:softmax", "sklearn.metrics:roc_auc_score");
+    a solution that reaches or runs one of them is refused, since its check would test that library, not the
+    learner.
     """
 
     id: str
@@ -95,9 +93,10 @@ def exercise(exercise_id: str, title: str, signature: str,
     """Decorator that registers `checker(solution, rng)` as the checker of `exercise_id`.
 
     `implemented_by`: bertlib's versions of the same piece as "module:name" ("bertlib.text.cleaning:strip_html"),
-    or torch's or scikit-learn's where the exercise is to write it ("torch:softmax").
-    A class stands for itself, its instances and its methods; "module:Class.forward" for that method only, so
-    that a learner may keep weights in bertlib's layer, but not run it.
+    or a library's where the exercise is to write it ("torch:softmax"); a module not imported yet is watched for
+    once it is. A class stands for itself, its instances and its methods; "module:Class.forward" for that method
+    only, so that a learner may keep weights in bertlib's layer, but not run it. A function written in C (torch's
+    softmax) stands for every way of reaching it: torch.softmax, Tensor.softmax, F.softmax.
     """
 
     def register(checker: Checker) -> Checker:
@@ -205,203 +204,12 @@ def is_starter(solution: Any) -> bool:
                                 and any(_is_marker(statement) for statement in body) for body in bodies)
 
 
-def _resolve(target: str) -> Any:
-    """The object a "module:qualified.name" string names."""
-    module_name, _, qualname = target.partition(":")
-    obj: Any = importlib.import_module(module_name)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-def _functions(obj: Any) -> builtins.list[types.FunctionType]:
-    """The Python functions whose code `obj` runs when called: itself, a method's function, a class's methods."""
-    if isinstance(obj, types.MethodType):
-        obj = obj.__func__
-    if inspect.isfunction(obj):  # a decorated function runs the code it wraps (many share one wrapper's code)
-        unwrapped = inspect.unwrap(obj)
-        return [unwrapped if inspect.isfunction(unwrapped) else obj]
-    if inspect.isclass(obj):
-        members = [member.fget if isinstance(member, property) else getattr(member, "__func__", member)
-                   for member in vars(obj).values()]
-        return [member for member in members if inspect.isfunction(member)]
-    return []
-
-
-def _reached(function: types.FunctionType) -> Iterator[tuple[str, Any]]:
-    """(name as written, object) for each global, attribute of a global module, default and closure value the
-    function's code (nested functions included) can reach."""
-    codes, roots, attributes, imported = [function.__code__], set(), set(), set()
-    while codes:
-        code = codes.pop()
-        for instruction in dis.get_instructions(code):
-            if instruction.opname in {"LOAD_GLOBAL", "LOAD_NAME"}:
-                roots.add(instruction.argval)
-            elif instruction.opname == "IMPORT_NAME":
-                imported.add(instruction.argval)
-            elif instruction.opname in {"LOAD_ATTR", "LOAD_METHOD", "IMPORT_FROM"}:
-                attributes.add(instruction.argval)
-        codes.extend(const for const in code.co_consts if isinstance(const, types.CodeType))
-    reachable = {name: function.__globals__[name] for name in roots & set(function.__globals__)}
-    reachable |= {name: sys.modules[name] for name in imported if name in sys.modules}  # imports inside the code
-    for name, value in sorted(reachable.items(), key=lambda item: item[0]):
-        yield name, value
-        modules = [(name, value)] if isinstance(value, types.ModuleType) else []
-        while modules:  # bertlib.model.attention.eager_attention: follow the attribute names the code uses
-            path, module = modules.pop()
-            for attribute in sorted(attributes & set(vars(module))):
-                reached = getattr(module, attribute)
-                yield f"{path}.{attribute}", reached
-                if isinstance(reached, types.ModuleType) and path.count(".") < 4:
-                    modules.append((f"{path}.{attribute}", reached))
-    cells = [_contents(cell) for cell in function.__closure__ or ()]
-    defaults = [*(function.__defaults__ or ()), *(function.__kwdefaults__ or {}).values()]
-    for value in [*cells, *defaults]:
-        yield getattr(value, "__name__", type(value).__name__), value
-
-
-def _contents(cell: types.CellType) -> Any:
-    """What a closure cell holds; None for a cell not yet filled (a name assigned after the inner function)."""
-    try:
-        return cell.cell_contents
-    except ValueError:
-        return None
-
-
-def _is_learners(obj: Any) -> bool:
-    """A function or class the learner wrote (a notebook cell or their own file), not a library's."""
-    if not (inspect.isfunction(obj) or inspect.isclass(obj) or isinstance(obj, types.MethodType)):
-        return False
-    module = getattr(obj, "__module__", "") or ""
-    if module.split(".")[0] in {"bertlib", "torch", "numpy", "builtins"}:
-        return False
-    functions = _functions(obj)
-    files = [function.__code__.co_filename for function in functions]
-    return bool(files) and not any(str(Path(f).resolve()).startswith(_library_folders()) for f in files
-                                   if not f.startswith("<"))
-
-
-def _reference_module(module: str) -> bool:
-    """bertlib's answers to the exercises: the references `use` falls back on, and each notebook's checkers."""
-    prefix = f"{__package__}."
-    return module == f"{prefix}references" or module.startswith(f"{prefix}nb")
-
-
-_HANDED_IN: dict[int, tuple[str, Any]] = {}
-"""What `use` handed out in place of a piece the learner has not done: id -> (its exercise id, the object)."""
-
-
-def borrowed(solution: Any, implemented_by: Iterable[str], exercise_id: str | None = None) -> builtins.list[str]:
-    """The bertlib code that implements the same piece and that `solution` is or reaches, as written
-    ("eager_attention (bertlib.model.attention.eager_attention)"); bertlib's reference answers count too, except
-    one that `use` handed in for another exercise (04's attention inside 05's layer): the notebook gave it.
-
-    Read from the code, not run: global names, attributes of modules, imports, closures, defaults, base classes
-    and the learner's own helpers, followed to any depth. Empty when the code is all the learner's.
-    """
-    named = {target.replace(":", "."): _resolve(target) for target in implemented_by}
-    by_identity = {id(obj): name for name, obj in named.items()}
-    by_code = {function.__code__: name for name, obj in named.items() for function in _functions(obj)}
-    classes = tuple(obj for obj in named.values() if inspect.isclass(obj))
-
-    def verdict(name: str, value: Any) -> str | None:
-        handed_in = _HANDED_IN.get(id(value))
-        if handed_in is not None and handed_in[1] is value and handed_in[0] != exercise_id:
-            return None
-        if id(value) in by_identity:
-            return f"{name} ({by_identity[id(value)]})"
-        if not inspect.isclass(value):
-            for function in _functions(value):  # a method of bertlib's class, bound or not
-                if function.__code__ in by_code:
-                    return f"{name} ({by_code[function.__code__]})"
-            if classes and isinstance(value, classes):
-                return f"{name} (an instance of {type(value).__module__}.{type(value).__qualname__})"
-        if (inspect.isfunction(value) or inspect.isclass(value)) and _reference_module(value.__module__ or ""):
-            return f"{name} (bertlib's reference answer, {value.__module__}.{value.__qualname__})"
-        return None
-
-    found, seen, queue = [], set(), [("your solution", solution)]
-    if (hit := verdict("your solution", solution)) is not None:
-        found.append(hit)
-    while queue:
-        name, obj = queue.pop()
-        if id(obj) in seen:
-            continue
-        seen.add(id(obj))
-        if inspect.isclass(obj):
-            found += [f"{name} is built on {base.__module__}.{base.__qualname__}" for base in obj.__mro__[1:]
-                      if base in classes]
-            queue += [(f"{name}'s base {base.__qualname__}", base) for base in obj.__mro__[1:] if _is_learners(base)]
-        for function in _functions(obj):
-            for reached_name, value in _reached(function):
-                if (hit := verdict(reached_name, value)) is not None:
-                    found.append(hit)
-                elif _is_learners(value):
-                    queue.append((reached_name, value))
-    return sorted(set(found))
-
-
-class Borrowed(BaseException):  # noqa: N818 (a verdict; BaseException, so a learner's `except Exception` lets it by)
-    """The learner's code ran bertlib's own version of the piece it should write (a layer passed in, say)."""
-
-
-_LEARNER_CALLS = 0  # how many `call`s of the learner's code are running now: the tripwires fire only inside one
-
-
-def _tripwire(method: Callable, name: str) -> Callable:
-    @functools.wraps(method)
-    def guarded(*args: Any, **kwargs: Any) -> Any:
-        if _LEARNER_CALLS:
-            raise Borrowed(name)
-        return method(*args, **kwargs)
-
-    return guarded
-
-
-def _guarded_methods(target: str) -> builtins.list[tuple[type, str, Callable]]:
-    """(class, name, function) of what a target guards: one method ("Class.forward"), or a whole class (its
-    constructor, its call and its public methods)."""
-    obj = _resolve(target)
-    if inspect.isclass(obj):
-        return [(obj, name, member) for name, member in vars(obj).items() if inspect.isfunction(member)
-                and (name in {"__init__", "__call__"} or not name.startswith("_"))]
-    module, _, qualname = target.partition(":")
-    owner_name, _, method = qualname.rpartition(".")
-    owner = _resolve(f"{module}:{owner_name}") if owner_name else None
-    return [(owner, method, obj)] if inspect.isclass(owner) else []
-
-
-@contextlib.contextmanager
-def _guarded(implemented_by: Iterable[str]) -> Iterator[None]:
-    """While a check runs, bertlib's code of the same piece raises Borrowed when the learner's code calls it:
-    what reading the code cannot show, such as `layer(x)` on the layer the exercise passes in."""
-    patched = [method for target in implemented_by for method in _guarded_methods(target)]
-    try:
-        for cls, name, member in patched:
-            setattr(cls, name, _tripwire(member, f"{cls.__module__}.{cls.__qualname__}.{name}"))
-        yield
-    finally:
-        for cls, name, member in patched:
-            setattr(cls, name, member)
-
-
-def _library_folders() -> tuple[str, ...]:
-    paths = sysconfig.get_paths()
-    folders = {paths["stdlib"], paths["platstdlib"], paths["purelib"], paths["platlib"],
-               str(Path(__file__).resolve().parent.parent)}
-    return tuple(str(Path(folder).resolve()) for folder in folders)
-
 
 def learner_frame(error: BaseException) -> traceback.FrameSummary | None:
     """The innermost frame of the traceback that is the learner's code, not bertlib's, torch's or Python's."""
     folders = _library_folders()
     frames = traceback.extract_tb(error.__traceback__)
-    for frame in reversed(frames):
-        filename = frame.filename
-        resolved = str(Path(filename).resolve()) if not filename.startswith("<") else filename
-        if not resolved.startswith(folders):
-            return frame
-    return None
+    return next((frame for frame in reversed(frames) if not _in_library(frame.filename, folders)), None)
 
 
 def _where(error: BaseException) -> str:
@@ -434,6 +242,10 @@ def _time_limit(seconds: float, what: Callable[[], str]) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
+_WATCH: Watch | None = None
+"""What runs while a check calls the learner's code (`call`); None outside a check."""
+
+
 def check(exercise_id: str, solution: Any, *, strict: bool = False, seed: int = 0) -> Result:
     """Check the learner's `solution` for `exercise_id` on seeded cases; raise AssertionError only if strict."""
     try:
@@ -450,16 +262,19 @@ def check(exercise_id: str, solution: Any, *, strict: bool = False, seed: int = 
         return _verdict(result, strict)
     try:
         reached = borrowed(solution, ex.implemented_by, exercise_id)
-    except Exception:  # code too unusual to inspect never breaks the notebook: the tripwires below still catch a call
+    except Exception:  # code too unusual to inspect never breaks the notebook: watching it run still catches a call
         reached = []
     if reached:
         result = _borrowed_result(exercise_id, reached)
         return _verdict(result, strict)
     rng = np.random.default_rng(seed)
     torch_state = torch.random.get_rng_state()
+    global _WATCH
+    from bertlib.exercises.references import REFERENCES
+
+    _WATCH = Watch(exercise_id, ex.implemented_by, REFERENCES.get(exercise_id))
     try:
-        with _guarded(ex.implemented_by):
-            ex.checker(solution, rng)
+        ex.checker(solution, rng)
         result = Result(exercise_id, True, f"✓ {exercise_id} passed: {ex.title}.", "passes")
     except Fail as failure:
         lines = [f"✗ {exercise_id} failed on {failure.case}", f"  {failure.detail}"]
@@ -472,12 +287,13 @@ def check(exercise_id: str, solution: Any, *, strict: bool = False, seed: int = 
     except TimedOut as error:
         result = Result(exercise_id, False, f"✗ {exercise_id}: {error}", "your function did not return in time")
     except Borrowed as error:
-        result = _borrowed_result(exercise_id, [str(error)])
+        result = _borrowed_result(exercise_id, error.args, runs=True)
     except (Exception, SystemExit) as error:  # the learner's code raised: say where, never raise in a notebook
         name = type(error).__name__
         result = Result(exercise_id, False, f"✗ {exercise_id}: {name} raised inside your code: {error}\n"
                                             f"  {_where(error)}", f"your code raises {name}")
     finally:
+        _WATCH = None
         torch.random.set_rng_state(torch_state)  # a check leaves the notebook's random stream as it was
     return _verdict(result, strict)
 
@@ -489,13 +305,16 @@ def _verdict(result: Result, strict: bool) -> Result:
     return result
 
 
-def _borrowed_result(exercise_id: str, reached: Iterable[str]) -> Result:
+def _borrowed_result(exercise_id: str, reached: Iterable[str], *, runs: bool = False) -> Result:
+    """The verdict on code that reaches (read from it) or runs (watched) the piece's own implementation."""
     reached = builtins.list(reached)
-    owners = [name for name in ("bertlib", "sklearn", "torch") if any(name in hit for hit in reached)]
+    owners = [name for name in ("bertlib", "transformers", "tokenizers", "sklearn", "scipy", "torch")
+              if any(f"{name}." in hit for hit in reached)]
     owner = {"sklearn": "scikit-learn"}.get(owners[0], owners[0]) if owners else "bertlib"  # whose version runs
-    return Result(exercise_id, False, f"✗ {exercise_id}: your code calls {owner}'s own version of this piece: "
+    verb = "runs" if runs else "calls"
+    return Result(exercise_id, False, f"✗ {exercise_id}: your code {verb} {owner}'s own version of this piece: "
                                       f"{'; '.join(reached)}. Write it yourself: the check would only be testing "
-                                      f"{owner}.", f"your code calls {owner}'s version")
+                                      f"{owner}.", f"your code {verb} {owner}'s version")
 
 
 def use(exercise_id: str, solution: Any, *, quiet: bool = False) -> Any:
@@ -528,13 +347,16 @@ def call(solution: Callable, *args: Any, **kwargs: Any) -> Any:
         described = [describe(arg) for arg in args] + [f"{key}={describe(value)}" for key, value in kwargs.items()]
         return f"({', '.join(described)[:300]})"
 
-    global _LEARNER_CALLS
-    _LEARNER_CALLS += 1
+    watch = _WATCH
     try:
-        with _time_limit(CALL_TIME_LIMIT_S, shown):
+        with _time_limit(CALL_TIME_LIMIT_S, shown), watch.running() if watch else contextlib.nullcontext():
             out = solution(*args, **kwargs)
-    finally:
-        _LEARNER_CALLS -= 1
+    except BaseException as error:
+        if watch is not None and watch.hits:  # what it ran explains the failure better than how it failed
+            raise Borrowed(*watch.hits) from error
+        raise
+    if watch is not None and watch.hits:
+        raise Borrowed(*watch.hits)
     if out is None:
         raise ReturnedNone
     return out

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from bertlib.exercises.borrowing import TRANSFORMERS_BERT
 from bertlib.exercises.checking import Fail, Mistakes, as_int, call, describe, diagnose, exercise, expect_equal
 from bertlib.model.config import BertConfig
 from bertlib.model.embeddings import BertEmbeddings
@@ -323,7 +324,9 @@ COUNT_MISTAKES: list[tuple[str, Callable[[BertConfig], int]]] = [
 
 
 @exercise("00.embedding_params", "The parameter count of BERT's embedding layer",
-          "f(config: BertConfig) -> int  (token, segment and position tables and their LayerNorm)")
+          "f(config: BertConfig) -> int  (token, segment and position tables and their LayerNorm)",
+          implemented_by=("bertlib.model.embeddings:BertEmbeddings", "bertlib.model.bert:BertModel",
+                          f"{TRANSFORMERS_BERT}:BertEmbeddings", f"{TRANSFORMERS_BERT}:BertModel"))
 def check_embedding_params(solution, rng: np.random.Generator) -> None:
     """BERT-base and other presets, a random vocabulary, 128 positions and 3 segment types."""
     configs = [

@@ -8,7 +8,8 @@ one word into the FEWEST vocabulary pieces by dynamic programming: the search th
 pieces the longest first piece (then the longest second ...), and ['[UNK]'] when no segmentation exists. The
 references are bertlib's: BasicTokenizer.split and bertlib.text.wordpiece_trainer.WordPieceTrainer (pair_scores,
 step, current_splits) with min_frequency=1; the fewest pieces are written out here (`_fewest`), and the tests
-compare them with every segmentation of random words.
+compare them with every segmentation of random words. The split refuses bertlib's `is_punctuation` (02 names it
+above the exercise) and tokenizers' pre-tokenizers (02 imports them): the punctuation rule is the exercise.
 
 Conventions accepted: a score of any numeric type; the pair as a tuple or a list; splits as lists or tuples;
 pieces as a list or a tuple. The tie rules (of a training step, of the fewest pieces) are stated, so that an
@@ -132,7 +133,9 @@ SYMBOL_POOL = "abcxyz019 _$+<=>^`|~.,;:!?'\"-()[]{}¿¡«»—…、·☃×😀�
 
 @exercise("02.split_words", "Split normalised text into BERT's words (whitespace and punctuation)",
           "f(text: str) -> list[str]  (text already cleaned and lowercased; whitespace is plain spaces)",
-          implemented_by=("bertlib.text.wordpiece:BasicTokenizer", "bertlib.text.wordpiece:WordPieceTokenizer"))
+          implemented_by=("bertlib.text.wordpiece:BasicTokenizer", "bertlib.text.wordpiece:WordPieceTokenizer",
+                          "bertlib.text.wordpiece:is_punctuation", "bertlib.text.wordpiece:_SPACE_PUNCTUATION",
+                          "tokenizers.pre_tokenizers:BertPreTokenizer", "tokenizers.pre_tokenizers:PreTokenizer"))
 def check_split_words(solution, rng: np.random.Generator) -> None:
     """Plain sentences, runs of punctuation, Unicode punctuation, ASCII symbols, symbols that stay, spaces, empty."""
     _check_split_case("'hello, world! how are you?'", solution, "hello, world! how are you?")

@@ -117,7 +117,7 @@ def _check_frequencies_case(case: str, solution, dim: int) -> None:
 
 
 @exercise("03.frequencies", "The frequencies of the sinusoidal table, ω_i = 1 / 10000^(2i/d)",
-          "f(dim: int) -> Tensor (dim // 2,)")
+          "f(dim: int) -> Tensor (dim // 2,)", implemented_by=("bertlib.model.embeddings:sinusoidal_table",))
 def check_frequencies(solution, rng: np.random.Generator) -> None:
     """Small and BERT-sized widths, the smallest width 2, and a random even width."""
     for dim in (8, 768, 2, 2 * int(rng.integers(3, 200))):
@@ -373,7 +373,9 @@ def _check_relative_case(case: str, solution, q: torch.Tensor, k: torch.Tensor, 
 
 @exercise("03.rope", "Rotary position embedding (RoPE): turn each pair (x_2i, x_2i+1) at position p by p·ω_i",
           "f(x: Tensor (batch, heads, seq, head_dim), base: float = 10000.0) -> Tensor of x's shape  (pairs "
-          "(2i, 2i+1) interleaved)")
+          "(2i, 2i+1) interleaved)",
+          implemented_by=("transformers.models.gptj.modeling_gptj:apply_rotary_pos_emb",
+                          "transformers.models.gptj.modeling_gptj:rotate_every_two"))  # GPT-J's interleaved RoPE
 def check_rope(solution, rng: np.random.Generator) -> None:
     """Position 0 alone, the relative property, random values, another base, one pair, a random shape, 512 positions."""
     def normal(*shape: int) -> torch.Tensor:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bertlib.exercises.borrowing import TRANSFORMERS_BERT
 from bertlib.exercises.checking import Fail, Mistakes, call, diagnose, exercise, expect_close, tensor_of_shape
 from bertlib.model.attention import MultiHeadSelfAttention, eager_attention, padding_mask
 from bertlib.model.config import BertConfig
@@ -48,8 +49,13 @@ def _key_mask(lengths: list[int], seq_len: int) -> torch.Tensor:
 
 
 BERTLIB_ATTENTION = (
-    "bertlib.model.attention:eager_attention", "bertlib.model.attention:MultiHeadSelfAttention.forward")
-"""bertlib's attention, which the attention exercises must not run: the function and the layer's forward."""
+    "bertlib.model.attention:eager_attention", "bertlib.model.attention:MultiHeadSelfAttention.forward",
+    "torch.nn.functional:scaled_dot_product_attention", "torch:_scaled_dot_product_attention_math",
+    "torch.nn.functional:multi_head_attention_forward", "torch.nn.modules.activation:MultiheadAttention",
+    f"{TRANSFORMERS_BERT}:eager_attention_forward", "transformers.integrations.sdpa_attention:sdpa_attention_forward",
+    f"{TRANSFORMERS_BERT}:BertSelfAttention", f"{TRANSFORMERS_BERT}:BertAttention")
+"""The attention the attention exercises must not run: bertlib's function and layer's forward, torch's and
+transformers' (sdpa, the multi-head function and module, BERT's attention modules)."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -108,7 +114,11 @@ def _check_softmax_case(case: str, solution, scores: torch.Tensor, atol: float =
 @exercise("04.softmax", "A numerically stable softmax over the last axis",
           "f(scores: Tensor (..., n)) -> Tensor (..., n) in scores' dtype, each row summing to 1; scores unchanged",
           implemented_by=("torch:softmax", "torch.nn.functional:softmax", "torch:Tensor.softmax",
-                          "torch.nn.modules.activation:Softmax"))
+                          "torch.nn.modules.activation:Softmax", "torch:log_softmax", "torch:Tensor.log_softmax",
+                          "torch.nn.functional:log_softmax", "torch.nn.modules.activation:LogSoftmax",
+                          "torch:_softmax", "torch:_log_softmax", "torch:special.softmax", "torch:special.log_softmax",
+                          "torch.nn.functional:softmin", "torch.nn.modules.activation:Softmin", "scipy.special:softmax",
+                          "scipy.special:log_softmax"))
 def check_softmax(solution, rng: np.random.Generator) -> None:
     """Square and large scores, -inf entries (masked keys), float16 and a single key per row."""
     _check_softmax_case("random scores of shape (4, 4, 4, 4)", solution, _normal(rng, (4, 4, 4, 4), 2.0))

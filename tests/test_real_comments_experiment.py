@@ -77,3 +77,13 @@ def test_a_run_with_another_vocabulary_an_unreadable_record_or_stray_flags_is_re
         experiment.main(["--data", str(data), "--model", "checkpoint", "--init", str(own_vocab), *out])
     with pytest.raises(SystemExit, match="--init and --random-weights are for --model checkpoint"):
         experiment.main(["--data", str(data), "--model", "tfidf", "--random-weights", *out])
+
+
+def test_the_results_notebook_07_prints_name_their_data_and_folders_as_a_reader_has_them(experiment):
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    real = json.loads((results / "real_comments_binary.json").read_text(encoding="utf-8"))
+    assert real["about"] == experiment.about(real["attempts"][0]["data"]["file"]) and "../" not in real["about"]
+    payoff = json.loads((results / "pretraining_payoff.json").read_text(encoding="utf-8"))
+    starts = {gain["arm"].rsplit(", lr ", 1)[0] for run in payoff["runs"] for gain in run["gains"]}
+    lacking = [start for start in starts if "/" in start and not (results.parents[1] / start).is_dir()]
+    assert not lacking, f"pretraining_payoff.json names folders a reader does not have: {lacking}"

@@ -145,6 +145,16 @@ def test_without_a_source_the_cell_stops_with_one_paragraph_and_no_traceback_the
 
 
 @pytest.mark.slow
+def test_a_failed_clone_shows_git_s_fatal_line_not_its_closing_advice(sandbox, tmp_path):
+    missing = (tmp_path / "no-such-course").as_uri()  # git's answer ends "... and the repository exists."
+    report, output = run_setup_cell(sandbox, tmp_path / "home", missing)
+    assert not report["ok"], output
+    first = output[output.index("Setup stopped:"):].splitlines()[0]
+    assert first.startswith(f"Setup stopped: could not fetch the course from {missing}: fatal: "), first
+    assert "does not appear to be a git repository" in first and "exists" not in first, first
+
+
+@pytest.mark.slow
 def test_after_pip_failed_running_the_cell_again_installs_again_before_using_the_course(sandbox, tmp_path):
     folder = tmp_path / "course"  # the course, uploaded, with a requirement pip cannot install offline
     shutil.copytree(sandbox["repository"], folder, ignore=shutil.ignore_patterns(".git"))

@@ -65,8 +65,9 @@ if importlib.util.find_spec("bertlib") is None:
     class SetupFailed(Exception):
         def _render_traceback_(self):  # Jupyter shows the message alone, without a traceback
             return [str(self)]
-    def reason(error):
-        return ((getattr(error, "stderr", None) or str(error)).strip().splitlines() or [repr(error)])[-1]
+    def reason(error):  # the line saying what went wrong (git's "fatal: ..." comes before its advice), else the last
+        lines = (getattr(error, "stderr", None) or str(error)).strip().splitlines() or [repr(error)]
+        return next((line for line in lines if line.startswith(("fatal:", "error:"))), lines[-1])
     clone = os.path.expanduser("~/bert-from-scratch")
     places = [REPO, *glob.glob("/kaggle/input/*/"), *glob.glob("/kaggle/input/*/*/"), *glob.glob("*/"), "..", clone]
     cell_file = os.path.join("bertlib", "course", "setup_cell.py")

@@ -178,6 +178,13 @@ def test_a_stale_lock_is_replaced_with_a_note(tmp_path):
         RunLock(tmp_path).acquire()
 
 
+def test_a_run_that_replaced_a_stale_lock_leaves_no_lock_file_behind(tmp_path):
+    (tmp_path / ".lock").write_text(f'{{"pid": {dead_pid()}, "host": "{os.uname().nodename}"}}')
+    with pytest.warns(UserWarning, match="stale lock"), RunLock(tmp_path):
+        assert (tmp_path / ".lock.takeover").exists()  # the OS lock of the take-over, made by filelock
+    assert list(tmp_path.iterdir()) == []  # neither .lock nor an empty .lock.takeover
+
+
 def test_pick_device_puts_each_torchrun_process_on_its_own_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)

@@ -9,6 +9,7 @@ import re
 import shlex
 import subprocess
 import sys
+import unicodedata
 import warnings
 from pathlib import Path
 
@@ -557,3 +558,17 @@ def test_finetune_takes_no_progress_as_pretrain_does():
     assert training_config(finetune_parser().parse_args(quiet)).progress is False
     assert training_config(finetune_parser().parse_args(quiet[:-1])).progress is True
     assert pretrain_parser().parse_args(["--corpus", "x", "--out", "y", "--no-progress"]).progress is False
+
+
+def test_predict_shows_bidi_and_control_characters_escaped_so_no_comment_scrambles_its_row(tiny_checkpoint, tmp_path,
+                                                                                           capsys):
+    classifier = ToxicityClassifier.from_checkpoint(tiny_checkpoint, ["toxic"], max_len=32, verbose=False)
+    folder = classifier.save(tmp_path / "model")
+    tricky = "\u202eelcitra\u202c\nyou\u200bidiot\x1b"  # a right-to-left override, a line break, a zero-width space
+    assert predict_main(["--model", str(folder), tricky, "thanks"]) == 0
+    table = capsys.readouterr().out.split("\n\n")[0].splitlines()
+    assert len(table) == 3  # the header and one row per comment: the line break did not split a row
+    assert table[1].startswith("\\u202eelcitra\\u202c\\nyou\\u200bidiot\\x1b ")
+    assert all(unicodedata.category(char) not in ("Cc", "Cf") for line in table for char in line)
+    assert predict_main(["--model", str(folder), "--json", tricky]) == 0
+    assert json.loads(capsys.readouterr().out)["comment"] == tricky  # JSON keeps the text as it is

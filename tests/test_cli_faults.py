@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -138,7 +139,7 @@ def test_a_second_finetune_refused_by_the_lock_writes_nothing_into_the_running_r
     before = settings.read_text()
     for written in (tmp_path / "out" / "checkpoints").glob("checkpoint-*.pt"):
         written.unlink()  # a run that has not saved its first checkpoint yet: its settings.json is all there is
-    lock = tmp_path / "out" / "checkpoints" / ".lock"  # as a run in another live process (init, pid 1) holds it
+    lock = tmp_path / "out" / ".lock"  # as a run in another live process (init, pid 1) holds it
     lock.write_text(json.dumps({"pid": 1, "host": socket.gethostname()}))
     capsys.readouterr()
     assert finetune(tiny_checkpoint, data, tmp_path / "out", "--max-steps", "3", "--seed", "7") == 2
@@ -181,7 +182,7 @@ def test_each_command_refuses_a_folder_that_holds_the_other_command_s_run(corpus
     assert (export / "model.safetensors").read_bytes() == weights and not (export / "run.json").exists()
 
 
-def test_a_refused_pretrain_resume_leaves_run_json_as_it_was(corpus, vocab, tmp_path):
+def test_a_refused_pretrain_resume_leaves_run_json_as_it_was(corpus, vocab, tmp_path, capsys):
     out = tmp_path / "run"
     assert pretrain(corpus, vocab, out, "--seed", "1") == 0
     (out / "run.json").unlink()  # lost: only the checkpoint says which run the folder holds
@@ -190,6 +191,11 @@ def test_a_refused_pretrain_resume_leaves_run_json_as_it_was(corpus, vocab, tmp_
     assert not (out / "run.json").exists()  # the refused settings were not recorded
     with pytest.warns(UserWarning, match="with 3 steps in all instead of 2"):  # the schedule stretches, and says so
         assert pretrain(corpus, vocab, out, "--seed", "1", "--steps", "3") == 0  # the original run goes on
+    capsys.readouterr()
+    with pytest.warns(UserWarning, match="with 4 steps in all instead of 3") as warned:  # beside a run.json now
+        assert pretrain(corpus, vocab, out, "--seed", "1", "--steps", "4") == 0
+    said = [str(w.message) for w in warned] + capsys.readouterr().err.splitlines()
+    assert len([line for line in said if "decays to 0 at step 4" in line]) == 1, said  # said once, not twice
 
 
 def test_an_empty_out_is_refused_by_both_commands_and_the_current_folder_is_left_alone(
@@ -371,3 +377,112 @@ def test_an_untuned_threshold_is_said_by_the_run_its_files_and_predict(tiny_chec
     assert finetune(tiny_checkpoint, data, tmp_path / "tuned") == 0
     assert "thresholds tuned on validation," in capsys.readouterr().out
     assert json.loads((tmp_path / "tuned" / "run.json").read_text())["untuned_thresholds"] == {}
+
+
+# -- issue 42: nothing lost, every stop and refusal said -------------------------------------------------------
+
+
+def test_finetune_into_a_folder_a_live_pretraining_holds_is_refused_in_one_line(tiny_checkpoint, tmp_path, capsys):
+    import socket
+
+    out = tmp_path / "pretraining"  # a pretraining still training its vocabulary: its lock is all the folder holds
+    out.mkdir()
+    (out / ".lock").write_text(json.dumps({"pid": 1, "host": socket.gethostname()}))  # init: a live process
+    data = write(comments(), tmp_path / "a.csv")
+    assert finetune(tiny_checkpoint, data, out) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{out} is in use by process 1" in err and "another output folder" in err
+    assert [path.name for path in out.iterdir()] == [".lock"]  # nothing written beside the live run
+
+
+def test_a_bad_init_folder_is_refused_before_any_folder_is_made_in_out(tmp_path, capsys):
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")  # a folder that looks like a checkpoint, but is none
+    data = write(comments(), tmp_path / "a.csv")
+    assert finetune(broken, data, tmp_path / "out") == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "config.json" in err
+    assert list((tmp_path / "out").iterdir()) == []  # no checkpoints/, no settings.json
+
+
+def test_eval_every_on_a_corpus_too_small_to_hold_out_text_is_refused_before_the_vocabulary(corpus, tmp_path):
+    from bertlib.pretraining.cli import main
+
+    out = tmp_path / "run"  # six documents: 5% of them rounds to none held out
+    with pytest.raises(SystemExit) as stop:
+        main(["--config", "tiny", "--corpus", str(corpus), "--out", str(out), "--steps", "2", "--batch-size", "4",
+              "--vocab-size", "100", "--eval-every", "30", "--device", "cpu"])
+    message = str(stop.value)
+    assert "\n" not in message and "--eval-every 30" in message and "6 document(s)" in message, message
+    assert "larger --eval-fraction" in message and "leave out --eval-every" in message, message
+    assert not (out / "vocab.txt").exists()  # refused before the vocabulary was trained
+
+
+def test_a_resume_with_steps_below_the_step_reached_is_refused_and_changes_nothing(corpus, vocab, tmp_path):
+    out = tmp_path / "run"
+    assert pretrain(corpus, vocab, out, "--steps", "3") == 0
+    before = {path.name: path.read_bytes() for path in out.rglob("*") if path.is_file()}
+    with pytest.raises(SystemExit) as stop:
+        pretrain(corpus, vocab, out, "--steps", "2")
+    message = str(stop.value)
+    assert "\n" not in message and "checkpoint-3.pt has made 3 steps, more than the 2" in message, message
+    assert "at least 3 steps" in message, message
+    assert {path.name: path.read_bytes() for path in out.rglob("*") if path.is_file()} == before
+
+
+def test_the_resume_line_names_the_checkpoint_without_progress_bars_too(corpus, vocab, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert pretrain(corpus, vocab, out, "--no-progress") == 0
+    capsys.readouterr()
+    with pytest.warns(UserWarning, match="decays to 0 at step 3"):
+        assert pretrain(corpus, vocab, out, "--steps", "3", "--no-progress") == 0
+    lines = capsys.readouterr().out.splitlines()
+    named = [i for i, line in enumerate(lines) if line.startswith("resumed from") and "checkpoint-2.pt" in line]
+    said = [i for i, line in enumerate(lines) if "resumed at step 2 (the 'resumed from' line above" in line]
+    assert len(named) == 1 and len(said) == 1 and named[0] < said[0], lines
+
+
+# `python -m bertlib.pretrain` as a user runs it, with a signal sent at a given moment: SIGTERM when torch is first
+# imported (start-up), or SIGINT from an object the interpreter frees in its teardown, after the command returned.
+SIGNALLED_COMMAND = """
+import builtins, os, runpy, signal, sys, time
+moment, sys.argv = sys.argv[1], ["bertlib.pretrain", *sys.argv[2:]]
+if moment == "start-up":
+    real_import = builtins.__import__
+    def import_sending_sigterm(name, *args, **kwargs):
+        if name.split(".")[0] == "torch":
+            builtins.__import__ = real_import
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.5)
+        return real_import(name, *args, **kwargs)
+    builtins.__import__ = import_sending_sigterm
+else:
+    class SendsCtrlCWhenFreed:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.5)
+    freed_in_teardown = SendsCtrlCWhenFreed()
+runpy.run_module("bertlib.pretrain", run_name="__main__")
+"""
+
+
+def test_sigterm_while_starting_says_nothing_was_written(tmp_path):
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-c", SIGNALLED_COMMAND, "start-up", "--corpus", "sample", "--out",
+                           str(out)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 130, (done.returncode, done.stderr)  # not killed by the signal (-15) without a word
+    lines = done.stderr.strip().splitlines()
+    assert lines == ["python -m bertlib.pretrain: interrupted while starting, before anything was written; nothing "
+                     "was lost: run the same command again"], done.stderr
+    assert not out.exists()
+
+
+def test_ctrl_c_after_the_run_finished_keeps_its_exit_status(corpus, vocab, tmp_path):
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-c", SIGNALLED_COMMAND, "teardown", "--config", "tiny", "--corpus",
+                           str(corpus), "--vocab", str(vocab), "--out", str(out), "--steps", "2", "--batch-size", "4",
+                           "--seq-len", "32", "--dupe-factor", "1", "--eval-fraction", "0", "--device", "cpu",
+                           "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, (done.returncode, done.stderr)  # not killed by the signal (-2) without a word
+    assert "model for fine-tuning" in done.stdout and (out / "pretrained" / "model.safetensors").is_file()

@@ -300,11 +300,43 @@ def test_a_resume_behind_a_corrupt_newer_checkpoint_keeps_its_own_new_ones(tmp_p
     data = classification_data(16)
     settings = dict(max_steps=4, batch_size=4, checkpoint_every=1, keep_checkpoints=1, out_dir=tmp_path)
     Trainer(classifier(), quiet(**settings), data, stack).train(stop_at=2)
-    (tmp_path / "checkpoint-9.pt").write_bytes(b"cut")  # newer, unreadable: skipped on resume, left to inspect
+    (tmp_path / "checkpoint-9.pt").write_bytes(b"cut")  # newer, unreadable: skipped on resume, kept to inspect
     resumed = Trainer(classifier(), quiet(**settings), data, stack)
     with pytest.warns(UserWarning, match="checkpoint-9.pt cannot be read"):
         resumed.train(stop_at=3)
-    assert sorted(p.name for p in list_checkpoints(tmp_path)) == ["checkpoint-3.pt", "checkpoint-9.pt"]
+    assert sorted(p.name for p in list_checkpoints(tmp_path)) == ["checkpoint-3.pt"]
+    assert (tmp_path / "checkpoint-9.pt.unreadable").read_bytes() == b"cut"
+
+
+def test_a_corrupt_checkpoint_a_resume_falls_back_past_is_kept_out_of_the_rotation_and_named(tmp_path, capsys):
+    data = classification_data(16)
+    settings = dict(max_steps=5, batch_size=4, checkpoint_every=1, keep_checkpoints=2, out_dir=tmp_path)
+    Trainer(classifier(), quiet(**settings), data, stack).train(stop_at=3)
+    newest = tmp_path / "checkpoint-3.pt"
+    corrupt = newest.read_bytes()[:1000]
+    newest.write_bytes(corrupt)
+    (tmp_path / "checkpoint-3.pt.unreadable").write_bytes(b"set aside before")  # that name is taken: the next one
+    resumed = Trainer(classifier(), quiet(**settings), data, stack)
+    with pytest.warns(UserWarning, match="checkpoint-3.pt cannot be read"):
+        resumed.train()  # saves steps 3, 4 and 5: over the corrupt file's name, then past it
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["checkpoint-4.pt", "checkpoint-5.pt"]
+    assert (tmp_path / "checkpoint-3.pt.unreadable-2").read_bytes() == corrupt  # neither overwritten nor pruned
+    assert (tmp_path / "checkpoint-3.pt.unreadable").read_bytes() == b"set aside before"
+    assert "kept to inspect as checkpoint-3.pt.unreadable-2" in capsys.readouterr().out
+
+
+def test_checkpoints_left_by_a_prune_cut_short_are_pruned_back_to_the_limit_on_resume(tmp_path):
+    data = classification_data(16)
+    settings = dict(max_steps=3, batch_size=4, checkpoint_every=1, keep_checkpoints=2, out_dir=tmp_path)
+    Trainer(classifier(), quiet(**settings), data, stack).train()
+    (tmp_path / "checkpoint-1.pt").write_bytes((tmp_path / "checkpoint-2.pt").read_bytes())  # kill -9 mid-prune
+    Trainer(classifier(), quiet(**settings), data, stack).train()  # finished already: no step left to save
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["checkpoint-2.pt", "checkpoint-3.pt"]
+    (tmp_path / "checkpoint-1.pt").write_bytes((tmp_path / "checkpoint-2.pt").read_bytes())
+    longer = Trainer(classifier(), quiet(**{**settings, "max_steps": 4}), data, stack)
+    with pytest.warns(UserWarning, match="decays to 0 at step 4"):
+        longer.train()
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["checkpoint-3.pt", "checkpoint-4.pt"]
 
 
 @pytest.mark.parametrize("failure", [

@@ -11,7 +11,9 @@ probability of each label and the labels at or above their tuned threshold. A CS
 bertlib.data.comments.load_comments (the one CSV reader); a bad file is an error naming the file and line. Empty or
 whitespace-only comments are not scored: they keep their row, with no probabilities, and stderr lists them.
 An argument that is not valid UTF-8 is scored as bertlib's tokenizer reads it (the bytes that are not UTF-8
-dropped, bertlib.text.fast_tokenizer) and shown with those bytes as U+FFFD.
+dropped, bertlib.text.fast_tokenizer) and shown with those bytes as U+FFFD. The table shows control and
+bidirectional-format characters as escapes (`\\u202e`), so that no comment can reorder or split its row; --json
+keeps every comment's text as it is.
 
 Leaves out: serving (an HTTP endpoint) and batching across calls.
 """
@@ -22,6 +24,7 @@ import argparse
 import json
 import math
 import sys
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +37,9 @@ from bertlib.finetuning.classifier import ToxicityClassifier, empty_positions
 from bertlib.text.fast_tokenizer import SURROGATES
 
 EMPTY = "(empty: not scored)"
+# Unicode categories the table prints as escapes: controls, format characters (bidirectional overrides, zero-width
+# ones), line and paragraph separators
+UNSHOWN = {"Cc", "Cf", "Zl", "Zp"}
 
 
 @dataclass
@@ -70,6 +76,13 @@ def score(classifier: ToxicityClassifier, texts: list[str], batch_size: int = 64
     table["flagged"] = [EMPTY if i in empty else ", ".join(probs.columns[row])
                         for i, row in enumerate(flags.to_numpy())]
     return table
+
+
+def escaped_controls(text: str) -> str:
+    """`text` with its control, format and line-separator characters written as escapes (`\\n`, `\\u202e`): in a
+    table a right-to-left override, a zero-width character or a line break would reorder, hide or split the row."""
+    return "".join(char.encode("unicode_escape").decode("ascii") if unicodedata.category(char) in UNSHOWN else char
+                   for char in text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(clean, ensure_ascii=False))
         return 0
     shown = table.copy()
-    shown["comment"] = [t if len(t) <= 50 else t[:47] + "..." for t in shown["comment"]]
+    shown["comment"] = [t if len(t) <= 50 else t[:47] + "..." for t in map(escaped_controls, shown["comment"])]
     with pd.option_context("display.width", 160, "display.max_columns", None, "display.max_colwidth", 50):
         print(shown.round(3).to_string(index=False, na_rep="-"))
     thresholds = ", ".join(f"{n} {t:.2f}" for n, t in zip(classifier.label_names, classifier.thresholds, strict=True))

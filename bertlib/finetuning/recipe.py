@@ -105,6 +105,14 @@ def make_batch_sampler(lengths: Sequence[int], config: FineTuneConfig, shuffle: 
     return RandomBatchSampler(len(lengths), config.batch_size, seed=config.seed, shuffle=shuffle)
 
 
+def load_classifier(init: str | Path, label_names: Sequence[str], config: FineTuneConfig) -> ToxicityClassifier:
+    """The classifier `fine_tune` starts from: the checkpoint `init` (folder or hub name) with a new head for
+    `label_names`, whose initial weights config.seed fixes; a checkpoint that cannot be loaded raises here."""
+    torch.manual_seed(config.seed)
+    return ToxicityClassifier.from_checkpoint(init, label_names, max_len=config.max_len, clean=config.clean,
+                                              verbose=config.progress)
+
+
 def fine_tune(
     init: str | Path | ToxicityClassifier,
     label_names: Sequence[str],
@@ -126,12 +134,7 @@ def fine_tune(
     config = config or FineTuneConfig()
     if config.patience is not None and (config.eval_every is None or val_texts is None):
         raise ValueError("early stopping (patience) needs validation comments and eval_every")
-    torch.manual_seed(config.seed)  # the new head's initial weights
-    if isinstance(init, ToxicityClassifier):
-        classifier = init
-    else:
-        classifier = ToxicityClassifier.from_checkpoint(init, label_names, max_len=config.max_len,
-                                                        clean=config.clean, verbose=config.progress)
+    classifier = init if isinstance(init, ToxicityClassifier) else load_classifier(init, label_names, config)
     if classifier.label_names != list(label_names):
         raise ValueError(f"the classifier predicts {classifier.label_names}, the data has {list(label_names)}")
     train_labels = np.asarray(train_labels, dtype=np.float32).reshape(len(train_texts), -1)

@@ -27,13 +27,15 @@ The recipe itself (BERT's fine-tuning, Devlin et al. 2019, appendix A.3) is bert
 --epochs counts passes over the data per process, so under torchrun N processes together make the same
 number of passes as one.
 
---out is checked before anything is loaded (a file in the way, a folder that cannot be written). The
-Trainer keeps resumable checkpoints in --out/checkpoints: run the same command again after an
-interruption and it continues; a resume on other data (a hash of the three parts' texts and labels, in
---out/checkpoints/settings.json) or with any other setting that changes the result (--init, --task, batching,
-optimizer, precision, cleaning, seed; not --max-steps/--epochs) is refused with the differences named
-(early stopping's best weights live in memory: a resumed run starts its patience afresh). Data goes
-through bertlib.data.comments.load_comments, the one CSV reader (--task binary for a file with only a 'toxic' label).
+--out is checked before anything is loaded (a file in the way, a folder that cannot be written) and locked for the
+whole run (OUT/.lock, which pretraining takes too: a folder another live run writes is refused), and --init is
+loaded before anything is written there. The Trainer keeps resumable checkpoints in --out/checkpoints: run the same
+command again after an interruption and it continues; a resume on other data (a hash of the three parts' texts and
+labels, in --out/checkpoints/settings.json) or with any other setting that changes the result (--init, --task,
+batching, optimizer, precision, cleaning, seed; not --max-steps/--epochs, though never below the step the run
+reached) is refused with the differences named (early stopping's best weights live in memory: a resumed run starts
+its patience afresh). Data goes through bertlib.data.comments.load_comments, the one CSV reader (--task binary for
+a file with only a 'toxic' label).
 
 Writes to --out: the classifier (config.json, model.safetensors, vocab.txt, classifier.json, which
 `python -m bertlib.predict --model DIR` and transformers both read), metrics.csv (the test part: the
@@ -67,7 +69,7 @@ from bertlib.data.comments import load_comments, load_kaggle_test
 from bertlib.data.labels import task_labels
 from bertlib.finetuning.classifier import ToxicityClassifier
 from bertlib.finetuning.metrics import evaluate, untuned_reasons, with_intervals
-from bertlib.finetuning.recipe import FineTuneConfig, FineTuneResult, fine_tune, fit_baseline
+from bertlib.finetuning.recipe import FineTuneConfig, FineTuneResult, fine_tune, fit_baseline, load_classifier
 from bertlib.finetuning.split import PreparedComments, prepare_comments
 from bertlib.training.checkpoint import (
     DiskFullError,
@@ -256,9 +258,19 @@ def run_finetune(run: RunConfig) -> RunResult:
     Raises OutDirError (a bad --out), FileNotFoundError or DataError (data that cannot be used or
     scored) before any training. Under torchrun only the first process writes files.
     """
-    config = run.training
     out = check_out_dir(run.out)  # before any loading or training: a bad --out fails in a second
-    refuse_other_runs(out, "finetune")
+    first = int(os.environ.get("RANK", "0")) == 0
+    # The folder the run writes, locked from before anything is read to the last file written: one run at a time,
+    # a pretraining's included (python -m bertlib.pretrain locks the same OUT/.lock).
+    with RunLock(out) if first else contextlib.nullcontext():
+        refuse_other_runs(out, "finetune")
+        return _finetune_into(out, run, first)
+
+
+def _finetune_into(out: Path, run: RunConfig, first: bool) -> RunResult:
+    """run_finetune's work once `out` is checked and locked; `first`: whether this process writes the files (rank 0
+    under torchrun)."""
+    config = run.training
     comments = load_comments(run.data, task=run.task, drop_duplicates=True)
     kaggle_test = load_kaggle_test(run.kaggle_test) if run.kaggle_test is not None else None
     print(comments.report)
@@ -290,64 +302,62 @@ def run_finetune(run: RunConfig) -> RunResult:
     if unscorable:
         warnings.warn(f"{', '.join(unscorable)}: fewer than {config.min_positives} positives in the test part, "
                       "reported as too few positives to score; more data or a larger --test-fraction would "
-                      "score them", stacklevel=2)
+                      "score them", stacklevel=3)
     for name, why in untuned_reasons(data.part("validation")[1], names).items():
         warnings.warn(f"{name}: the validation part has {why}, so its threshold stays the untuned 0.5 (the report "
-                      "and classifier.json say so); a larger --val-fraction would tune it", stacklevel=2)
+                      "and classifier.json say so); a larger --val-fraction would tune it", stacklevel=3)
 
     train_texts, train_labels = data.part("train")
     val_texts, val_labels = data.part("validation")
     test_texts, test_labels = data.part("test")
-    init = resolve_init(run.init)
-    first = int(os.environ.get("RANK", "0")) == 0
-    with RunLock(out / "checkpoints") if first else contextlib.nullcontext():  # before anything is written
-        check_resume(run, out / "checkpoints", run_settings(run, data))
-        training = replace(config, out_dir=str(out / "checkpoints"))
-        result = fine_tune(init, names, train_texts, train_labels, val_texts, val_labels, training,
-                           test_texts=test_texts, test_labels=test_labels)
-        summary: dict[str, Any] = {
-            "init": str(run.init), "data": data.source, "task": run.task, "labels": names,
-            "empty_after_cleaning": data.empty, "duplicates": data.duplicates.as_dict(), **sizes,
-            "positives": positives, "steps": result.steps, "best_step": result.best_step,
-            "stopped_early": result.stopped_early, "train_seconds": round(result.seconds, 1), "config": result.config,
-            "max_len_used": result.classifier.max_len,  # config's max_len, capped at the model's positions
-            "thresholds": dict(zip(names, result.classifier.thresholds.tolist(), strict=True)),
-            "untuned_thresholds": result.classifier.untuned,
-            "test_metrics": _headline(result.test_metrics),
-        }
-        if not first:  # under torchrun only the first process scores, writes and reports
-            return RunResult(out, data, result, None, None, json_safe(summary))
-        baseline_table = kaggle_table = None
-        if run.baseline:
-            _, _, baseline_table = fit_baseline(train_texts, train_labels, val_texts, val_labels, names,
-                                                clean=config.clean, seed=config.seed, test_texts=test_texts,
-                                                test_labels=test_labels, bootstrap=config.bootstrap,
-                                                min_positives=config.min_positives)
-            summary["baseline_test_metrics"] = _headline(baseline_table)
-        if kaggle_test is not None:
-            kaggle_names, kaggle_labels = task_labels(kaggle_test.frame, run.task)
-            probs = result.classifier.predict(kaggle_test.texts, batch_size=2 * config.batch_size,
-                                              progress=config.progress)
-            kaggle_table = evaluate(probs, kaggle_labels, kaggle_names, result.classifier.thresholds,
-                                    bootstrap=config.bootstrap, seed=config.seed, min_positives=config.min_positives)
-            summary["kaggle_test_metrics"] = _headline(kaggle_table)
-        outcome = RunResult(out, data, result, baseline_table, kaggle_table, json_safe(summary))
-        result.classifier.save(out)
-        _write_csv(result.history.frame(), out / "history.csv")
-        _write_csv(result.test_metrics, out / "metrics.csv")
-        _write_csv(result.val_metrics, out / "validation_metrics.csv")
-        _show(f"BERT ({run.init}), test part ({sizes['test']} comments, {thresholds_line(result.classifier)}, "
-              f"95% bootstrap intervals):", result.test_metrics)
-        if baseline_table is not None:
-            _write_csv(baseline_table, out / "baseline_metrics.csv")
-            _show("TF-IDF + logistic regression, same parts:", baseline_table)
-        if kaggle_table is not None:
-            _write_csv(kaggle_table, out / "kaggle_test_metrics.csv")
-            _show(f"BERT on the Kaggle test labels ({thresholds_line(result.classifier)}):", kaggle_table)
-        text = json.dumps(outcome.summary, indent=2, allow_nan=False) + "\n"
-        atomic_write(out / "run.json", lambda path: path.write_text(text))
-        print(f"\nsaved the classifier to {out} (python -m bertlib.predict --model {out} \"a comment\")")
-        return outcome
+    classifier = load_classifier(resolve_init(run.init), names, config)  # a bad --init: refused before any folder
+    check_resume(run, out / "checkpoints", run_settings(run, data))
+    training = replace(config, out_dir=str(out / "checkpoints"))
+    result = fine_tune(classifier, names, train_texts, train_labels, val_texts, val_labels, training,
+                       test_texts=test_texts, test_labels=test_labels)
+    summary: dict[str, Any] = {
+        "init": str(run.init), "data": data.source, "task": run.task, "labels": names,
+        "empty_after_cleaning": data.empty, "duplicates": data.duplicates.as_dict(), **sizes,
+        "positives": positives, "steps": result.steps, "best_step": result.best_step,
+        "stopped_early": result.stopped_early, "train_seconds": round(result.seconds, 1), "config": result.config,
+        "max_len_used": result.classifier.max_len,  # config's max_len, capped at the model's positions
+        "thresholds": dict(zip(names, result.classifier.thresholds.tolist(), strict=True)),
+        "untuned_thresholds": result.classifier.untuned,
+        "test_metrics": _headline(result.test_metrics),
+    }
+    if not first:  # under torchrun only the first process scores, writes and reports
+        return RunResult(out, data, result, None, None, json_safe(summary))
+    baseline_table = kaggle_table = None
+    if run.baseline:
+        _, _, baseline_table = fit_baseline(train_texts, train_labels, val_texts, val_labels, names,
+                                            clean=config.clean, seed=config.seed, test_texts=test_texts,
+                                            test_labels=test_labels, bootstrap=config.bootstrap,
+                                            min_positives=config.min_positives)
+        summary["baseline_test_metrics"] = _headline(baseline_table)
+    if kaggle_test is not None:
+        kaggle_names, kaggle_labels = task_labels(kaggle_test.frame, run.task)
+        probs = result.classifier.predict(kaggle_test.texts, batch_size=2 * config.batch_size,
+                                          progress=config.progress)
+        kaggle_table = evaluate(probs, kaggle_labels, kaggle_names, result.classifier.thresholds,
+                                bootstrap=config.bootstrap, seed=config.seed, min_positives=config.min_positives)
+        summary["kaggle_test_metrics"] = _headline(kaggle_table)
+    outcome = RunResult(out, data, result, baseline_table, kaggle_table, json_safe(summary))
+    result.classifier.save(out)
+    _write_csv(result.history.frame(), out / "history.csv")
+    _write_csv(result.test_metrics, out / "metrics.csv")
+    _write_csv(result.val_metrics, out / "validation_metrics.csv")
+    _show(f"BERT ({run.init}), test part ({sizes['test']} comments, {thresholds_line(result.classifier)}, "
+          f"95% bootstrap intervals):", result.test_metrics)
+    if baseline_table is not None:
+        _write_csv(baseline_table, out / "baseline_metrics.csv")
+        _show("TF-IDF + logistic regression, same parts:", baseline_table)
+    if kaggle_table is not None:
+        _write_csv(kaggle_table, out / "kaggle_test_metrics.csv")
+        _show(f"BERT on the Kaggle test labels ({thresholds_line(result.classifier)}):", kaggle_table)
+    text = json.dumps(outcome.summary, indent=2, allow_nan=False) + "\n"
+    atomic_write(out / "run.json", lambda path: path.write_text(text))
+    print(f"\nsaved the classifier to {out} (python -m bertlib.predict --model {out} \"a comment\")")
+    return outcome
 
 
 # ---------------------------------------------------------------------------------------------------------

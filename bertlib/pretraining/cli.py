@@ -11,7 +11,8 @@ Hugging Face hub), `kaggle` (the Jigsaw comments of Kaggle's competition input),
 corpus) or `auto` (the first of those three that is there); --max-documents keeps the first N documents.
 --vocab is a vocab.txt (notebook 02 writes one). Without --vocab, a WordPiece vocabulary of --vocab-size
 tokens is trained on the corpus and saved as DIR/vocab.txt. Some documents (--eval-fraction)
-are held out, and their MLM/NSP loss and accuracy are measured every --eval-every steps.
+are held out, and their MLM/NSP loss and accuracy are measured every --eval-every steps (a corpus too small to
+hold any out refuses --eval-every before the vocabulary is trained).
 
 --minutes M gives the run a time budget instead of a step count: before the real run, a short timing probe
 (bertlib.training.time_budget: one warm-up step, then a few timed steps of a throwaway copy of the model, with its own
@@ -23,13 +24,13 @@ the training steps; the probe, the data preparation, evaluation and checkpoints 
 keeps the step count run.json records (no new probe) and says so.
 
 Checkpoints go to DIR/checkpoint-{step}.pt (bertlib.training.trainer.Trainer: model, optimizer, schedule, RNG
-states, data position); run the same command again and it resumes from the newest one, with the same
-masks it would have drawn. --steps may change on a resume (reported; the schedule follows); everything
-that shapes the data, the model or the optimizer (--lr, --warmup-ratio) must stay as it was (DIR/run.json
-records it, and a mismatch is an error that names the argument). Ctrl-C saves a checkpoint first; a
-non-finite loss stops the run with an error and exports nothing; one run at a time holds DIR. At the
-end DIR/pretrained holds the model in transformers' format (config.json, model.safetensors, vocab.txt)
-for bertlib.model.hf.from_pretrained, `python -m bertlib.finetune --init DIR/pretrained`, or transformers, and
+states, data position); run the same command again and it resumes from the newest one, with the same masks it
+would have drawn. --steps may change on a resume (reported; the schedule follows), though not below the step the
+run reached; everything that shapes the data, the model or the optimizer (--lr, --warmup-ratio) must stay as it
+was (DIR/run.json records it, and a mismatch is an error that names the argument). Ctrl-C saves a checkpoint
+first; a non-finite loss stops the run with an error and exports nothing; one run at a time holds DIR. At the
+end DIR/pretrained holds the model in transformers' format (config.json, model.safetensors, vocab.txt) for
+bertlib.model.hf.from_pretrained, `python -m bertlib.finetune --init DIR/pretrained`, or transformers, and
 DIR/history.csv the logged curves.
 
 Two recipes set the defaults of the flags marked (recipe) in --help; --recipe picks one (default: cpu on a

@@ -3,15 +3,16 @@
     from bertlib.pretraining.run import run_pretraining
     run_pretraining(args)     # an argparse.Namespace of bertlib.pretrain's options
 
-Everything a run can be refused for is checked before the first step: the output folder (a file in the way,
-not writable, another live run holding its lock), a resume whose data, model or optimizer arguments differ
-from the ones in OUT/run.json (each named by its flag) or whose corpus text changed (run.json records its
-hash), a vocabulary with nothing but special tokens, and a corpus too small to fill one batch. With --minutes,
-a timing probe (bertlib.training.time_budget) fixes the step count once, before the Trainer is built, so the
-learning-rate schedule never changes during the run; a resume keeps the count OUT/run.json records.
-OUT/run.json is written only once the Trainer has accepted the newest checkpoint (or found none), so a refused
-run never replaces the record of the run the folder holds. A non-finite loss stops the run without exporting
-the model; Ctrl-C saves a checkpoint and exits with status 130.
+Everything a run can be refused for is checked before the first step: the output folder (a file in the way, not
+writable, another live run holding its lock), a resume whose data, model or optimizer arguments differ from the
+ones in OUT/run.json (each named by its flag) or whose corpus text changed (run.json records its hash) or whose
+--steps is below the step the run reached, --eval-every where the corpus is too small to hold any document out
+(before the vocabulary is trained), a vocabulary with nothing but special tokens, and a corpus too small to fill
+one batch. With --minutes, a timing probe (bertlib.training.time_budget) fixes the step count once, before the
+Trainer is built, so the learning-rate schedule never changes during the run; a resume keeps the count
+OUT/run.json records. OUT/run.json is written only once the Trainer has accepted the newest checkpoint (or found
+none), so a refused run never replaces the record of the run the folder holds. A non-finite loss stops the run
+without exporting the model; Ctrl-C saves a checkpoint and exits with status 130.
 
 RECIPES holds the defaults of the two recipes (bertlib.pretrain's docstring says what each is and why);
 apply_recipe fills the flags a user left unset.
@@ -129,11 +130,12 @@ def recorded_run(out: Path) -> dict[str, Any] | None:
     return record
 
 
-def check_resume(out: Path, args: dict[str, Any]) -> list[str]:
-    """Refuse to resume a run whose fixed arguments differ from out/run.json; return notes on allowed changes."""
+def check_resume(out: Path, args: dict[str, Any]) -> None:
+    """Refuse to resume a run whose fixed arguments differ from out/run.json. A new --steps is allowed: the Trainer
+    says so (it knows the step count the checkpoint was trained for) and refuses one below the step it reached."""
     record = recorded_run(out)
     if record is None:
-        return []
+        return
     saved = {**BEFORE_RECIPES, **record["args"]}
     unused = ("vocab_size", "vocab_score") if args.get("vocab") else ()  # a given --vocab is not trained here
     changed = [f"{_flag(k)} was {saved.get(k)!r}, now {args[k]!r}" for k in FIXED_PRETRAIN_ARGS
@@ -144,10 +146,6 @@ def check_resume(out: Path, args: dict[str, Any]) -> list[str]:
     if changed:
         raise PretrainError(f"{out} holds a run with other settings; use another --out or the same arguments:\n  "
                             + "\n  ".join(changed))
-    if saved.get("steps") != args["steps"]:
-        return [f"--steps was {saved.get('steps')}, now {args['steps']}: the learning rate now decays to 0 at "
-                f"step {args['steps']}"]
-    return []
 
 
 def groups_by_length(args: dict[str, Any]) -> bool:
@@ -261,6 +259,28 @@ def check_vocabulary(tokenizer: WordPieceTokenizer, vocab_path: Path, trained_he
                             f"[MASK]): there is nothing for MLM to predict; use {fix}")
 
 
+def held_out_documents(documents: int, args: argparse.Namespace) -> int:
+    """How many of `documents` documents are held out: --eval-fraction of them, rounded, and at least one left to
+    train on; with NSP two or none (NotNext needs two documents on each side)."""
+    held_out = round(documents * args.eval_fraction)
+    if 0 < held_out < 2 and args.objective == "mlm+nsp":
+        held_out = 2 if documents >= 6 else 0
+    return min(held_out, documents - 1)
+
+
+def check_evaluation(documents: int, args: argparse.Namespace) -> None:
+    """Refuse --eval-every where `documents` documents leave none held out.
+
+    Refused rather than run without evaluation: the flag asks for held-out scores, and a run that went on without
+    them would show their absence only at the end, while the fix (a larger --eval-fraction, or leaving the flag out)
+    takes seconds. Checked once the documents are counted, before the vocabulary and the data are made.
+    """
+    if args.eval_every is not None and held_out_documents(documents, args) == 0:
+        raise PretrainError(f"--eval-every {args.eval_every}: --eval-fraction {args.eval_fraction:g} of the "
+                            f"{documents} document(s) of {args.corpus} holds out none, so there is nothing to evaluate "
+                            "on; give a larger --eval-fraction or a bigger --corpus, or leave out --eval-every")
+
+
 def build_datasets(texts: list[str], tokenizer: WordPieceTokenizer, args: argparse.Namespace,
                    show_progress: bool = True) -> tuple[Dataset, Dataset | None, list[int]]:
     """The training and held-out data (every process builds the same) and the held-out documents' indices in
@@ -271,10 +291,8 @@ def build_datasets(texts: list[str], tokenizer: WordPieceTokenizer, args: argpar
     if len(tokenized) < (2 if nsp else 1):
         raise PretrainError(f"{args.corpus} has {len(tokenized)} document(s) with text after tokenizing: "
                             + ("NSP needs at least two" if nsp else "nothing to train on") + "; give --corpus more")
-    held_out = round(len(tokenized) * args.eval_fraction)
-    if 0 < held_out < 2 and nsp:
-        held_out = 2 if len(tokenized) >= 6 else 0  # NotNext needs two documents on each side
-    held_out = min(held_out, len(tokenized) - 1)
+    check_evaluation(len(tokenized), args)  # again: a document may have had no sentence to tokenize
+    held_out = held_out_documents(len(tokenized), args)
     order = torch.randperm(len(tokenized), generator=torch.Generator().manual_seed(args.seed)).tolist()
 
     def dataset(indices: list[int], passes: int, seed: int) -> Dataset:
@@ -315,8 +333,8 @@ def run_pretraining(args: argparse.Namespace) -> int:
         if said is not None and is_main:
             print(said)
         settings = dict(vars(args))
-        for note in (check_resume(out, settings) if settings["steps"] is not None else []):
-            print(f"{PROG}: {note}", file=sys.stderr)
+        if settings["steps"] is not None:  # None: a fresh --minutes run, its steps not known yet
+            check_resume(out, settings)
         return _train_and_export(args, out, settings, is_main, world_size)
     except (OutDirError, RunLockedError, PretrainError, NonFiniteLossError, DiskFullError) as error:
         raise SystemExit(f"{PROG}: {error}") from None
@@ -347,6 +365,7 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
                                 "(or use --objective mlm)")
         if not texts:
             raise PretrainError(f"{args.corpus} holds no documents")
+        check_evaluation(len(texts), args)
         corpus_sha256 = json_sha256(texts)
         if is_main:
             check_same_corpus(out, args.corpus, corpus_sha256)
@@ -403,8 +422,8 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
             print(precision_line(trainer.precision, trainer.device))
         print(f"checkpoints: {shown_path(out)}/checkpoint-<step>.pt (every {args.checkpoint_every} steps and at "
               "the end)"
-              + (f"; resumed at step {trainer.step} (the line above names the checkpoint)" if trainer.step
-                 else "; starting fresh"))
+              + (f"; resumed at step {trainer.step} (the 'resumed from' line above names the checkpoint)"
+                 if trainer.step else "; starting fresh"))
         run = json.dumps({"args": settings, "corpus_sha256": corpus_sha256, "model_config": config.to_dict()},
                          indent=2) + "\n"
         atomic_write(out / "run.json", lambda tmp: tmp.write_text(run, encoding="utf-8"))

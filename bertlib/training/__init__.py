@@ -10,7 +10,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "checkpoint": ("CHECKPOINT_FORMAT", "CheckpointError", "DiskFullError", "OutDirError",
                    "remove_orphaned_temp_files", "check_out_dir", "checkpoint_name", "checkpoint_step",
                    "list_checkpoints", "latest_checkpoint", "save_checkpoint", "load_checkpoint",
-                   "load_latest_checkpoint", "prune_checkpoints"),
+                   "load_latest_checkpoint", "set_aside", "prune_checkpoints"),
     "config": ("FIXED_ON_RESUME", "TrainingConfig"),
     "devices": ("local_rank", "world_size", "pick_device"),
     "history": ("History",),

@@ -17,8 +17,9 @@ killed process is named `.NAME.PID.tmp` and removed by `remove_orphaned_temp_fil
 
 Checkpoints are `checkpoint-{step}.pt`, read with torch.load(weights_only=True): they hold only tensors,
 numbers, strings, lists and dicts, so loading one cannot run code. A checkpoint that does not load (cut
-short, corrupt, or holding other objects) is reported by name and the next newest is used; nothing here
-ever suggests weights_only=False.
+short, corrupt, or holding other objects) is reported by name and the next newest is used; a resumed run renames
+it to `checkpoint-{step}.pt.unreadable`, where its own saves and pruning never reach it. Nothing here ever
+suggests weights_only=False.
 
 atomic_write itself lives in bertlib.basics, which needs no torch, so modules that only write files (the
 vocabulary, the setup cell's notebook writer) use it before torch is installed; torch is imported here on
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
 CHECKPOINT_FORMAT = 1
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)\.pt")
 _TEMP = re.compile(r"\.(.+)\.(\d+)\.tmp")
+UNREADABLE_SUFFIX = ".unreadable"  # checkpoint-7.pt.unreadable: an unreadable checkpoint a resume fell back past
 
 
 class CheckpointError(ValueError):
@@ -258,7 +260,8 @@ def load_latest_checkpoint(out_dir: str | Path, map_location: str | torch.device
                            ) -> tuple[Path, dict[str, Any]] | None:
     """(path, state) of the newest checkpoint in out_dir that loads; None if there is none.
 
-    Each newer file that fails to load is named in a warning, then skipped (it is left on disk to inspect).
+    Each newer file that fails to load is named in a warning, then skipped (left on disk to inspect; a Trainer that
+    resumes renames it out of the rotation with `set_aside`).
     """
     for path in reversed(list_checkpoints(out_dir)):
         try:
@@ -266,6 +269,17 @@ def load_latest_checkpoint(out_dir: str | Path, map_location: str | torch.device
         except CheckpointError as error:
             warnings.warn(f"{error}; skipping it and trying the checkpoint before it", stacklevel=2)
     return None
+
+
+def set_aside(path: Path) -> Path:
+    """Rename a checkpoint that cannot be read to NAME.unreadable (NAME.unreadable-2, ... where taken), a name no
+    listing, pruning or saving of checkpoints touches; returns the new path."""
+    target, attempt = path.with_name(path.name + UNREADABLE_SUFFIX), 1
+    while target.exists():
+        attempt += 1
+        target = path.with_name(f"{path.name}{UNREADABLE_SUFFIX}-{attempt}")
+    path.rename(target)
+    return target
 
 
 def prune_checkpoints(out_dir: str | Path, keep: int, up_to: int | None = None) -> list[Path]:

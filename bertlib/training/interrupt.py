@@ -10,6 +10,12 @@ the same signal again stops at once, as Python's own Ctrl-C does. Leaving the bl
 found. Outside the main thread signals cannot be caught: the block then changes nothing. torchrun and Slurm
 send SIGTERM before they kill a job, which is why it is caught too.
 
+    sys.exit(run_command("python -m bertlib.pretrain", "bertlib.pretraining.cli"))   # a command's `python -m` entry
+
+run_command makes the rest of a command's life say what a stop did: SIGTERM raises KeyboardInterrupt as Ctrl-C
+does from start-up on (its default ends the process without a word), a stop while torch loads is one line, and
+once the command has returned both signals are ignored (see run_command).
+
 Leaves out: SIGUSR1-style pre-emption warnings with a grace period, and Windows' console events.
 """
 
@@ -18,6 +24,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +38,32 @@ def interrupted_line(interrupt: KeyboardInterrupt) -> str:
     Ctrl-C outside the training steps (the vocabulary, the data, an evaluation), that nothing was saved now."""
     return str(interrupt) or ("interrupted outside the training steps: no checkpoint was written now; the same "
                               "command resumes from the newest checkpoint, if there is one")
+
+
+def run_command(prog: str, module: str) -> int:
+    """Import `module` and run its main() (a command's `python -m` entry), every stop said in one line.
+
+    From the start, SIGTERM raises KeyboardInterrupt as Ctrl-C does, so the command's own handling (a checkpoint, a
+    line naming it) covers both. A stop before the command's run begins (torch loading, arguments) is one line
+    here: nothing was written yet. Once main() has returned, both signals are ignored: the command's files are all
+    written and its exit status stands; the interpreter's teardown that follows (about a second after a torch
+    run) has already removed Python's handlers, so a Ctrl-C there used to end the process, status 130, with no word.
+    """
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        return import_module(module).main()
+    except KeyboardInterrupt:  # the commands catch it themselves once their run has begun
+        print(f"\n{prog}: interrupted while starting, before anything was written; nothing was lost: run the same "
+              "command again", file=sys.stderr)
+        return 130
+    finally:
+        for signum in SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    """SIGTERM's handler in a command: stop as Ctrl-C does."""
+    raise KeyboardInterrupt
 
 
 class StopRequests:

@@ -10,7 +10,8 @@ and holding the owner's pid and host. A lock whose process is gone (killed, cras
 it is replaced, with a note, under an OS file lock on `OUT/.lock.takeover` (filelock): the stale lock is read
 again there and removed only if it is still the same file, so of two processes that find it stale together
 one takes over and the other finds the new owner alive. The same process may take the same lock again (a
-notebook that builds a second Trainer on the folder); the file goes when the last holder releases it.
+notebook that builds a second Trainer on the folder); the file goes when the last holder releases it, and with it
+the take-over file (see `RunLock._remove_takeover_file` for why that is safe then), so a run leaves no lock behind.
 
 Leaves out: locks across machines on a shared file system are only reported (a pid of another host cannot
 be checked); the OS lock guards only the take-over of a stale lock, never the run itself (NFS and Windows
@@ -19,6 +20,7 @@ handle advisory locks differently, and a pid file says who holds the folder).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -137,7 +139,19 @@ class RunLock:
         _held[self.path] -= 1
         if _held[self.path] == 0:
             del _held[self.path]
+            self._remove_takeover_file()
             self.path.unlink(missing_ok=True)
+
+    def _remove_takeover_file(self) -> None:
+        """Delete OUT/.lock.takeover (left by a take-over of a stale lock) while this process still holds the lock.
+
+        Deleting an OS lock file is unsafe in general (a waiter may hold the deleted file while a newcomer locks a
+        new one), but not here: a process still waiting on it compares the lock file with a stale lock's text it
+        read before this process took over, which is gone, so it removes nothing; and a new stale lock, the only
+        thing a newcomer could take over, can only appear once this process's lock file is gone, which is after.
+        """
+        with contextlib.suppress(OSError):  # Windows: a waiter has it open; it stays, as it always did
+            Path(f"{self.path}{TAKEOVER_SUFFIX}").unlink(missing_ok=True)
 
     def __enter__(self) -> RunLock:
         return self.acquire()

@@ -5,11 +5,13 @@
     refuse_other_settings(state, path, config, sampler, world_size, max_steps)
     load_weights(model, state["model"], path)              # a model of another size: one line, not 200 keys
     load_optimizer_state(optimizer, state["optimizer"])    # fused or plain AdamW, whichever wrote it
+    set_aside_unreadable(path)                             # newer unreadable ones renamed out of the rotation
 
 A new run never writes (and prunes) among another run's checkpoints, and a resume with other batching, another
 number of processes or another optimizer or schedule setting is refused with the differences named; max_steps or
-epochs may change (the schedule follows, with a warning). Follows transformers' Trainer (resume_from_checkpoint),
-with refusals where it would go on silently.
+epochs may change (the schedule follows, with a warning), though never to fewer steps than the run made. Newer
+checkpoints a resume fell back past (unreadable) are renamed out of the rotation (set_aside_unreadable), kept to
+inspect. Follows transformers' Trainer (resume_from_checkpoint), with refusals where it would go on silently.
 
 Leaves out: resuming on another number of processes, and loading only the weights (hf.from_pretrained does that).
 """
@@ -67,18 +69,27 @@ def checkpoint_to_resume(out_dir: Path, resume: bool) -> tuple[Path, dict[str, A
         "that run")
 
 
-def resumed_line(path: Path, step: int) -> str:
-    """"resumed from PATH at step N", naming the newer checkpoints it fell back past (left there to inspect)."""
-    skipped = [p.name for p in checkpoint.list_checkpoints(path.parent)
-               if checkpoint.checkpoint_step(p) > checkpoint.checkpoint_step(path)]
-    return f"resumed from {path} at step {step}" + (
-        f", falling back past {', '.join(skipped)}, which cannot be read (left there to inspect)" if skipped else "")
+def set_aside_unreadable(path: Path) -> dict[Path, Path]:
+    """Rename the checkpoints newer than `path` (the one resumed from: the newer ones could not be read) out of the
+    checkpoint names, so that the resumed run neither overwrites nor prunes them; returns {old path: new path}."""
+    return {newer: checkpoint.set_aside(newer) for newer in checkpoint.list_checkpoints(path.parent)
+            if checkpoint.checkpoint_step(newer) > checkpoint.checkpoint_step(path)}
+
+
+def resumed_line(path: Path, step: int, set_aside: dict[Path, Path]) -> str:
+    """"resumed from PATH at step N", naming the newer checkpoints it fell back past and where they were kept."""
+    if not set_aside:
+        return f"resumed from {path} at step {step}"
+    return (f"resumed from {path} at step {step}, falling back past {', '.join(old.name for old in set_aside)}, "
+            f"which cannot be read: kept to inspect as {', '.join(new.name for new in set_aside.values())}, out of "
+            "the checkpoint rotation")
 
 
 def refuse_other_settings(state: dict[str, Any], path: Path, config: dict[str, Any], sampler: dict[str, Any],
                           world_size: int, max_steps: int) -> None:
-    """Raise ValueError naming every difference that would make the resumed run another run; warn when only the
-    length changed (the schedule then decays to 0 at the new max_steps)."""
+    """Raise ValueError naming every difference that would make the resumed run another run, or a max_steps below the
+    step the checkpoint reached (nothing would train, and the run's record would claim fewer steps than it made);
+    warn when only the length changed (the schedule then decays to 0 at the new max_steps)."""
     if state["world_size"] != world_size:
         raise ValueError(f"{path} was written by {state['world_size']} process(es), this run has "
                          f"{world_size}: resuming needs the same number of processes")
@@ -91,6 +102,9 @@ def refuse_other_settings(state: dict[str, Any], path: Path, config: dict[str, A
     if changed:
         raise ValueError(f"{path} belongs to a run with other settings; resume with the same ones, or give "
                          "this run another out_dir:\n  " + "\n  ".join(changed))
+    if state["step"] > max_steps:
+        raise ValueError(f"{path} has made {state['step']} steps, more than the {max_steps} in all this run asks for: "
+                         f"ask for at least {state['step']} steps to resume it, or give this run another out_dir")
     if state["max_steps"] != max_steps:
         warnings.warn(f"resuming {path} with {max_steps} steps in all instead of {state['max_steps']}: "
                       f"the learning rate now decays to 0 at step {max_steps}", stacklevel=4)

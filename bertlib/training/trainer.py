@@ -333,8 +333,12 @@ class Trainer:
             seed_everything(self.config.seed + self.rank)
             return
         self._restore(found[1], found[0])
-        if self.is_main and self.config.progress:
-            print(resume.resumed_line(found[0], self.step))
+        distributed.barrier(self.world_size)  # every process has read its checkpoints before any is renamed
+        if self.is_main:
+            set_aside = resume.set_aside_unreadable(found[0])
+            # as the next save would: a run killed while pruning left one too many, and may have no step left to save
+            checkpoint.prune_checkpoints(found[0].parent, self.config.keep_checkpoints, up_to=self.step)
+            print(resume.resumed_line(found[0], self.step, set_aside))  # a summary line, with or without progress bars
 
     def _restore(self, state: dict[str, Any], path: Path) -> None:
         """Check that `state` fits this run (refusing other batching or optimizer settings), then load it."""

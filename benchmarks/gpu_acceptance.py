@@ -1,0 +1,142 @@
+"""One command that says whether the GPU path is ready on the GPU at hand, in one table.
+
+    python benchmarks/gpu_acceptance.py            # on one CUDA GPU: under 8 minutes
+    python benchmarks/gpu_acceptance.py --allow-cpu  # the same code on the CPU at tiny sizes (what CI runs)
+
+It runs, naming the GPU:
+1. numerics: bertlib's BertModel against transformers' with the same weights on this device, in fp32, bf16 and fp16
+   autocast, each model's largest error against transformers' fp32 output (bertlib's may be at most twice
+   transformers' own plus 1e-3);
+2. benchmarks/bench_gpu_step.py: the raw step, eager and compiled, of both models at BERT-base, batch 128 x seq 128,
+   and `python -m bertlib.pretrain`'s tokens/s against bertlib's raw step, with its "took" line against its budget;
+3. notebook 06's GPU cell (bertlib.pretraining.gpu_cell.pretrain_on_gpu) with a one-minute budget
+   ($BERTLIB_GPU_MINUTES=1 in the notebook), timed against that budget.
+Notebook 07's GPU cell still lives only in its notebook: the table says so instead of a figure.
+Without a CUDA GPU and without --allow-cpu it says so and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import transformers
+
+from bertlib import BertConfig, BertModel
+from bertlib.model.hf import load_hf_state_dict
+from bertlib.pretraining.gpu_cell import GpuCellSettings, pretrain_on_gpu
+from bertlib.training.precision import autocast
+
+BENCHMARKS = Path(__file__).resolve().parent
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def numerics(device: torch.device, preset: str) -> list[tuple[str, str, bool]]:
+    """(check, result, passed) per precision: each model's largest error against transformers' fp32 output."""
+    config = BertConfig.preset(preset, vocab_size=1000, hidden_dropout_prob=0.0, attention_dropout_prob=0.0)
+    torch.manual_seed(0)
+    theirs = transformers.BertModel(transformers.BertConfig(**config.to_hf_dict(), attn_implementation="sdpa"))
+    theirs.to(device).eval()
+    ours = BertModel(config)
+    load_hf_state_dict(ours, theirs.state_dict())
+    ours.to(device).eval()
+    ids = torch.randint(5, 1000, (4, 64), device=device)
+    mask = torch.ones_like(ids)
+    mask[1, 40:] = 0  # one padded sequence
+    with torch.no_grad():
+        reference = theirs(input_ids=ids, attention_mask=mask).last_hidden_state.float()
+    rows = []
+    for name, dtype in PRECISIONS.items():
+        if dtype is not None and (device.type != "cuda" or (dtype == torch.bfloat16
+                                                           and not torch.cuda.is_bf16_supported())):
+            rows.append((f"numerics {name}", "not run: needs a CUDA GPU" + (" with bf16" if device.type == "cuda"
+                                                                             else ""), True))
+            continue
+        with torch.no_grad(), autocast(name, device):
+            got_theirs = theirs(input_ids=ids, attention_mask=mask).last_hidden_state.float()
+            got_ours = ours(ids, attention_mask=mask).last_hidden_state.float()
+        keep = mask.bool()  # padded positions are never read
+        error_theirs = (got_theirs - reference)[keep].abs().max().item()
+        error_ours = (got_ours - reference)[keep].abs().max().item()
+        passed = error_ours <= 2 * error_theirs + 1e-3
+        rows.append((f"numerics {name}", f"bertlib {error_ours:.2e}, transformers {error_theirs:.2e} "
+                                         "(largest error against transformers' fp32)", passed))
+    return rows
+
+
+def step_benchmark(cpu: bool) -> list[tuple[str, str, bool]]:
+    """bench_gpu_step.py's lines: the raw steps, the command against the raw step, --minutes against its budget."""
+    flags = ["--allow-cpu", "--config", "tiny", "--batch-size", "4", "--seq-len", "32", "--steps", "1",
+             "--warmup", "1", "--no-compile", "--cli-minutes", "0.05"] if cpu else ["--cli-minutes", "1"]
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "bench_gpu_step.py"), *flags], capture_output=True,
+                          text=True, check=False)
+    if done.returncode != 0:
+        return [("raw step and command", f"bench_gpu_step.py failed ({done.returncode}): "
+                                         f"{done.stderr.strip().splitlines()[-1:]}", False)]
+    lines = done.stdout.splitlines()
+    rows = []
+    for line in lines[1:]:
+        arm = re.match(r"\s+((?:transformers|bertlib|python)\S*(?: \S+)*?)\s{2,}(.+)", line)
+        if arm:
+            rows.append((f"step: {arm.group(1)}", arm.group(2), True))
+    took = next((line.strip() for line in lines if " took " in line), "no budget line")
+    share = re.search(r"(\d+)% of the budget", took)
+    on_time = share is not None and (cpu or abs(int(share.group(1)) - 100) <= 5)  # a CPU's tiny budget: shown only
+    rows.append(("--minutes against its budget", took + ("" if cpu else " (within 5% passes)"), on_time))
+    ratio = re.search(r"command / raw bertlib step \((\w+)\) ([\d.]+)", lines[-1])
+    fast = ratio is not None and (cpu or float(ratio.group(2)) >= 0.9)
+    rows.append(("ratios", lines[-1].removeprefix("ratios: ") + ("" if cpu else " (the command at 0.90 or more "
+                                                                  "of the raw step passes)"), fast))
+    return rows
+
+
+def gpu_cell(device: torch.device, cpu: bool) -> list[tuple[str, str, bool]]:
+    """Notebook 06's GPU cell with a one-minute budget (at smoke sizes on the CPU), timed against it."""
+    with tempfile.TemporaryDirectory(prefix="gpu-acceptance-") as folder:
+        small = dict(preset="tiny", batch_size=8, seq_len=32, chars=60_000, vocab_size=400, corpus="sample",
+                     probe_steps=1, min_steps=4, log_every=2, eval_pairs=16, checkpoint_every=2, minutes=0.02)
+        settings = GpuCellSettings(out_dir=Path(folder) / "run", save_to=Path(folder) / "pretrained",
+                                   progress=False, **(small if cpu else dict(minutes=1.0, min_steps=50)))
+        start = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()):  # its own lines are the notebook's; the table sums them up
+            run = pretrain_on_gpu(settings, device)
+        took = time.perf_counter() - start
+    frame = run.history.frame()
+    speed = frame["tokens_per_s"].iloc[len(frame) // 2:].median()
+    return [("06's GPU cell", f"BERT-{run.preset}, {int(frame.index.max())} steps, {speed:,.0f} tokens/s; "
+                              f"{took:.0f} s in all for a {settings.minutes:g}-minute training budget "
+                              "(text preparation and scoring included)", True),
+            ("07's GPU cell", "not run: it lives only in notebook 07 (run the notebook on the GPU)", True)]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--allow-cpu", action="store_true", help="run on the CPU at tiny sizes, to check the code")
+    args = parser.parse_args()
+    if not torch.cuda.is_available() and not args.allow_cpu:
+        print("no CUDA GPU here: nothing was run (--allow-cpu runs the checks on the CPU at tiny sizes)")
+        return 0
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    cpu = device.type != "cuda"
+    name = torch.cuda.get_device_name(device) if not cpu else "CPU (not a GPU figure)"
+    print(f"{name}; torch {torch.__version__}, transformers {transformers.__version__}")
+    rows = [*numerics(device, "tiny" if cpu else "base"), *step_benchmark(cpu), *gpu_cell(device, cpu)]
+    width = max(len(check) for check, _, _ in rows)
+    for check, result, passed in rows:
+        print(f"{'ok  ' if passed else 'FAIL'} {check:<{width}}  {result}")
+    failed = [check for check, _, passed in rows if not passed]
+    print(f"{len(rows) - len(failed)} of {len(rows)} checks passed" + (f"; failed: {', '.join(failed)}" if failed
+                                                                        else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

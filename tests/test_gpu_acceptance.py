@@ -1,0 +1,35 @@
+"""benchmarks/gpu_acceptance.py: one table on the GPU at hand; with --allow-cpu, its CPU-checkable parts run here."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import BENCHMARKS
+
+SCRIPT = str(BENCHMARKS / "gpu_acceptance.py")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the command would run for minutes")
+def test_without_a_gpu_it_says_so_and_exits_0():
+    done = subprocess.run([sys.executable, SCRIPT], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "no CUDA GPU here" in done.stdout
+
+
+def test_on_the_cpu_every_part_runs_and_the_table_says_which_could_not():
+    done = subprocess.run([sys.executable, SCRIPT, "--allow-cpu"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("CPU (not a GPU figure); torch ")
+    table = {line[5:].split("  ")[0].strip(): line for line in lines[1:-1]}
+    assert table["numerics fp32"].startswith("ok   ") and "bertlib " in table["numerics fp32"]
+    assert "not run: needs a CUDA GPU" in table["numerics bf16"] and "not run" in table["numerics fp16"]
+    for arm in ("transformers, eager", "bertlib, eager", "python -m bertlib.pretrain"):  # bench_gpu_step's arms
+        assert table[f"step: {arm}"].endswith(" tokens/s")
+    assert "--minutes 0.05: steps 1-" in table["--minutes against its budget"]
+    assert "command / raw bertlib step (eager) " in table["ratios"]
+    assert "BERT-tiny, " in table["06's GPU cell"] and "not run" in table["07's GPU cell"]
+    assert lines[-1] == "10 of 10 checks passed"

@@ -26,8 +26,8 @@ BELOW = {
     "finetuning": {"basics", "text", "model", "training", "data"},
     "course": {"basics", "text", "model", "training", "data", "pretraining", "finetuning"},
     "exercises": {"basics", "text", "model", "training", "data", "pretraining", "finetuning", "course"},
-    "pretrain": {"pretraining"},
-    "finetune": {"finetuning"},
+    "pretrain": {"pretraining", "training"},  # training.interrupt runs the command, so that a stop is always said
+    "finetune": {"finetuning", "training"},
     "predict": {"finetuning"},
 }
 """The layers each layer may import: a subpackage, or a top-level module (basics, the three thin entries).

@@ -37,3 +37,22 @@ def test_each_gpu_gets_the_size_it_can_train_in_the_budget(properties, preset):
 def test_a_device_that_is_not_cuda_is_refused_with_a_line_that_says_why():
     with pytest.raises(ValueError, match="needs a CUDA device, got cpu"):
         plan_for_device(torch.device("cpu"))
+
+
+@pytest.mark.parametrize(("properties", "preset"), [(gpu("Tesla T4", 14.7, 7, 5), "mini"),
+                                                     (gpu("NVIDIA H100 80GB HBM3", 79.1, 9, 0), "base")],
+                         ids=["T4", "H100"])
+def test_the_gpu_recipe_of_the_pretraining_command_follows_the_gpu_and_says_why(properties, preset, monkeypatch):
+    from bertlib.pretraining import run
+    from bertlib.pretraining.cli import _parser
+    from bertlib.training import devices
+
+    monkeypatch.setattr(devices, "pick_device", lambda requested=None: torch.device("cuda", 0))
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: properties)
+    args = _parser().parse_args(["--corpus", "sample", "--out", "run"])
+    line = run.apply_recipe(args)
+    assert (args.recipe, args.config, args.batch_size) == ("gpu", preset, 128)
+    assert line.startswith("recipe gpu: ") and line.endswith(f"; for {plan_for(properties).line()}")
+    given = _parser().parse_args(["--corpus", "sample", "--out", "run", "--config", "tiny", "--batch-size", "8"])
+    run.apply_recipe(given)  # what the command line gives wins over the GPU's plan
+    assert (given.config, given.batch_size) == ("tiny", 8)

@@ -37,7 +37,9 @@ Two recipes set the defaults of the flags marked (recipe) in --help; --recipe pi
 CPU, gpu on a GPU), and a flag given on the command line wins over it. Each run prints the recipe it used.
 
 * gpu is BERT's (Devlin et al. 2019, appendix A.2) at a course size: sentence pairs of 128 tokens with MLM +
-  NSP, AdamW at peak lr 1e-4 with 10% warmup and linear decay, weight decay 0.01, dropout 0.1, `mini`.
+  NSP, AdamW at peak lr 1e-4 with 10% warmup and linear decay, weight decay 0.01, dropout 0.1; on a CUDA GPU the
+  size and batch the GPU trains well in its time (bertlib.training.gpu_plan: `mini` at batch 128 on a T4, `base`
+  on an A100 or H100), elsewhere `mini` at batch 32.
 * cpu is notebook 06's CPU run, measured in benchmarks/README.md: the `tiny` model on packed windows of 16
   tokens with MLM only (RoBERTa's choice, bertlib.pretraining.packing), batch 256, lr 2e-3, 5% warmup, no dropout,
   a 4,000-token vocabulary. On the shipped corpus and a few CPU minutes it leaves the token-frequency

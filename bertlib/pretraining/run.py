@@ -91,18 +91,28 @@ BEFORE_RECIPES = {"objective": "mlm+nsp", "vocab_score": "likelihood"}
 
 
 def apply_recipe(args: argparse.Namespace) -> str:
-    """Fill the flags left unset from --recipe (by default the device's: cpu on a CPU, else gpu); a line to print."""
-    if args.recipe is None:
-        from bertlib.training.devices import pick_device
+    """Fill the flags left unset from --recipe (by default the device's: cpu on a CPU, else gpu); a line to print.
 
-        args.recipe = "cpu" if pick_device(args.device).type == "cpu" else "gpu"
-    chosen = {key: value for key, value in RECIPES[args.recipe].items() if getattr(args, key) is None}
+    On a CUDA GPU the gpu recipe's size and batch follow the GPU (bertlib.training.gpu_plan: BERT-mini on a T4,
+    BERT-base at batch 128 on an A100 or H100), and the line says why."""
+    from bertlib.training.devices import pick_device
+
+    device = pick_device(args.device)
+    if args.recipe is None:
+        args.recipe = "cpu" if device.type == "cpu" else "gpu"
+    recipe, why = dict(RECIPES[args.recipe]), ""
+    if args.recipe == "gpu" and device.type == "cuda":
+        from bertlib.training.gpu_plan import plan_for_device
+
+        plan = plan_for_device(device)
+        recipe.update(config=plan.preset, batch_size=plan.batch_size)
+        why = f"; for {plan.line()}"
+    chosen = {key: value for key, value in recipe.items() if getattr(args, key) is None}
     for key, value in chosen.items():
         setattr(args, key, value)
-    given = [key for key in RECIPES[args.recipe] if key not in chosen]
-    return (f"recipe {args.recipe}: " + ", ".join(f"{_flag(k)} {v}" for k, v in RECIPES[args.recipe].items()
-                                                if k in chosen)
-            + (f" (given: {', '.join(_flag(k) for k in given)})" if given else ""))
+    given = [key for key in recipe if key not in chosen]
+    return (f"recipe {args.recipe}: " + ", ".join(f"{_flag(k)} {v}" for k, v in recipe.items() if k in chosen)
+            + (f" (given: {', '.join(_flag(k) for k in given)})" if given else "") + why)
 
 
 class PretrainError(ValueError):

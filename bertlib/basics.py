@@ -9,6 +9,7 @@ use them before torch is installed, and the training loop and the masking use th
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -53,7 +54,8 @@ def write_files_atomically(writers: Mapping[Path, Callable[[Path], None]]) -> No
             os.replace(tmp, path)
     finally:
         for tmp in temps.values():
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # a folder gone read-only: the next run's start removes the temp file
+                tmp.unlink(missing_ok=True)
     for folder in {path.parent for path in temps}:
         _fsync_folder(folder)
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import errno
+import signal
 import threading
+import time
 
 import pytest
 import torch
@@ -75,3 +77,27 @@ def test_on_a_gpu_each_write_holds_its_steps_values_from_buffers_made_once(tmp_p
     for step, values in enumerate(expected, start=1):
         saved = checkpoint.load_checkpoint(tmp_path / checkpoint.checkpoint_name(step))["model"]["weight"]
         assert torch.equal(saved, values), step
+
+
+def test_a_ctrl_c_while_waiting_for_a_write_lets_the_file_be_whole_then_stops(tmp_path, monkeypatch, capsys):
+    """A second Ctrl-C during the last checkpoint's write used to cut the wait short: the process went down under
+    the writer thread, leaving a temp file (and, now and then, an abort). The wait goes on, then the Ctrl-C."""
+    real_save, main = checkpoint.save_checkpoint, threading.main_thread().ident
+
+    def ctrl_c_mid_write(saved, path):
+        signal.pthread_kill(main, signal.SIGINT)  # the training thread is in finish(), joining this one
+        time.sleep(0.2)  # the write goes on after the Ctrl-C
+        real_save(saved, path)
+
+    monkeypatch.setattr(checkpoint, "save_checkpoint", ctrl_c_mid_write)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+    try:
+        writer = CheckpointWriter(keep=2)
+        writer.start(state(3, torch.ones(2)), tmp_path / "checkpoint-3.pt")
+        with pytest.raises(KeyboardInterrupt):
+            writer.finish()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert torch.equal(checkpoint.load_checkpoint(tmp_path / "checkpoint-3.pt")["model"]["weight"], torch.ones(2))
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["checkpoint-3.pt"]  # no temp file left
+    assert "still writing checkpoint-3.pt (a few seconds), then stopping" in capsys.readouterr().err

@@ -486,3 +486,59 @@ def test_ctrl_c_after_the_run_finished_keeps_its_exit_status(corpus, vocab, tmp_
                            "--no-progress"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, (done.returncode, done.stderr)  # not killed by the signal (-2) without a word
     assert "model for fine-tuning" in done.stdout and (out / "pretrained" / "model.safetensors").is_file()
+
+
+def test_a_folder_remounted_read_only_mid_run_is_one_line_naming_the_intact_checkpoint(corpus, vocab, tmp_path,
+                                                                                       capsys, monkeypatch):
+    """The file system under --out turning read-only (a remount) ended in three chained tracebacks: the failed save,
+    then the temp file's removal and the lock's release, each raising inside the handler of the one before."""
+    from bertlib.training import checkpoint
+
+    run, real_save = tmp_path / "run", torch.save
+    state = {"read_only": False}
+
+    def save(obj, target, *args, **kwargs):
+        if state["read_only"]:
+            raise RuntimeError(f"File {target} cannot be opened.")  # what torch.save says on a read-only mount
+        real_save(obj, target, *args, **kwargs)
+        state["read_only"] = "checkpoint-2" in str(target)  # the mount turns read-only after step 2's checkpoint
+
+    real_unlink, real_statvfs = type(run).unlink, os.statvfs
+
+    def unlink(path, missing_ok=False):
+        if state["read_only"] and run in path.parents:
+            raise OSError(30, "Read-only file system", str(path))
+        real_unlink(path, missing_ok=missing_ok)
+
+    def statvfs(folder):
+        flags = os.ST_RDONLY if state["read_only"] and str(run) in str(folder) else 0
+        return type("Stat", (), {"f_flag": flags, "f_bavail": real_statvfs(folder).f_bavail,
+                                 "f_frsize": real_statvfs(folder).f_frsize})()
+
+    monkeypatch.setattr(torch, "save", save)
+    monkeypatch.setattr(type(run), "unlink", unlink)
+    monkeypatch.setattr(checkpoint.os, "statvfs", statvfs)
+    with pytest.raises(SystemExit) as stopped:
+        pretrain(corpus, vocab, run, "--steps", "4", "--checkpoint-every", "2")
+    line = str(stopped.value)
+    assert "\n" not in line and "Traceback" not in capsys.readouterr().err
+    assert "checkpoint-4.pt: the file system holding it is read-only; the last checkpoint," in line
+    assert "checkpoint-2.pt, is intact; make it writable (remount the file system read-write" in line
+
+
+def test_a_disk_that_fills_after_the_run_diverged_says_both(corpus, vocab, tmp_path, monkeypatch):
+    """--lr 1e9 into a nearly full folder said only that the disk was full: the user freed space, ran again, and
+    only then learnt that the run had diverged."""
+    from bertlib.basics import DiskFullError
+    from bertlib.training import checkpoint
+
+    def full(state, path):
+        raise checkpoint._disk_full_error(path, OSError(28, "No space left on device"))
+
+    monkeypatch.setattr(checkpoint, "save_checkpoint", full)
+    with pytest.raises(SystemExit) as stopped:
+        pretrain(corpus, vocab, tmp_path / "run", "--steps", "6", "--checkpoint-every", "1", "--log-every", "6",
+                 "--lr", "1e9")
+    line = str(stopped.value)
+    assert "the disk is full" in line and " is nan" in line and "lower the learning rate" in line.lower(), line
+    assert issubclass(DiskFullError, OSError)

@@ -238,6 +238,7 @@ def test_a_second_ctrl_c_stops_at_once_without_waiting_for_the_step(tmp_path):
     with pytest.raises(KeyboardInterrupt) as stopped:
         trainer.train()
     assert "interrupted at step" not in str(stopped.value)  # not the Trainer's stop after the step
+    assert str(stopped.value) == "stopped at once after step 1 (Ctrl-C again): nothing was saved"  # where, and what
     assert trainer.step == 1 and list_checkpoints(tmp_path) == []  # step 2 never finished, nothing was saved
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 

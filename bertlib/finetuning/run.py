@@ -75,8 +75,8 @@ from bertlib.training.checkpoint import (
     DiskFullError,
     check_out_dir,
     latest_checkpoint,
-    permission_line,
     refuse_other_runs,
+    unwritable_line,
 )
 from bertlib.training.interrupt import interrupted_line
 from bertlib.training.lock import RunLock, RunLockedError
@@ -467,8 +467,11 @@ def main(argv: list[str] | None = None) -> int:
         # also OutDirError and DataError (ValueErrors): one line each, no traceback
         print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
-    except PermissionError as error:  # made read-only or immutable while the run trained
-        print(f"error: {permission_line(error)}", file=sys.stderr)
+    except OSError as error:  # made read-only or immutable while the run trained: one line; anything else raises
+        line = unwritable_line(error)
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as interrupt:  # the Trainer saved a checkpoint first: the same command resumes
         print(f"\nerror: {interrupted_line(interrupt)}", file=sys.stderr)

@@ -49,8 +49,8 @@ from bertlib.training.checkpoint import (
     OutDirError,
     check_out_dir,
     latest_checkpoint,
-    permission_line,
     refuse_other_runs,
+    unwritable_line,
 )
 from bertlib.training.config import TrainingConfig
 from bertlib.training.history import History
@@ -348,8 +348,11 @@ def run_pretraining(args: argparse.Namespace) -> int:
         return _train_and_export(args, out, settings, is_main, world_size)
     except (OutDirError, RunLockedError, PretrainError, NonFiniteLossError, DiskFullError) as error:
         raise SystemExit(f"{PROG}: {error}") from None
-    except PermissionError as error:  # made read-only or immutable while the run trained
-        raise SystemExit(f"{PROG}: {permission_line(error)}") from None
+    except OSError as error:  # made read-only or immutable while the run trained: one line; anything else raises
+        line = unwritable_line(error)
+        if line is None:
+            raise
+        raise SystemExit(f"{PROG}: {line}") from None
     except KeyboardInterrupt as interrupt:
         print(f"\n{PROG}: {interrupted_line(interrupt)}", file=sys.stderr)
         return 130

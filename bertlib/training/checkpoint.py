@@ -115,11 +115,18 @@ def _run_entries(folder: Path) -> list[Path]:
     return entries
 
 
-def permission_line(error: PermissionError) -> str:
-    """One line for a file the run could not write (made read-only or immutable after the up-front check)."""
+def unwritable_line(error: OSError) -> str | None:
+    """One line for a file the run could not write because it, or its file system, became read-only after the
+    up-front check (a PermissionError, or errno EROFS): the file, the last intact checkpoint, what to do. None for
+    any other error."""
+    if not isinstance(error, PermissionError) and error.errno != errno.EROFS:
+        return None
     where = shown_path(error.filename) if error.filename else "a file of the run"
-    return (f"cannot write {where}: {error.strerror or 'permission denied'}; make it writable (chmod u+w, "
-            "chattr -i) and run the same command again: it resumes from the newest checkpoint")
+    last = latest_checkpoint(Path(error.filename).parent) if error.filename else None
+    kept = f"; the last checkpoint, {shown_path(last)}, is intact" if last is not None else ""
+    return (f"cannot write {where}: {error.strerror or 'permission denied'}{kept}; make it writable (remount the file "
+            "system read-write, chmod u+w, chattr -i) and run the same command again: it resumes from the newest "
+            "checkpoint")
 
 
 def command_of_run(folder: str | Path) -> str | None:
@@ -192,9 +199,19 @@ def save_checkpoint(state: dict[str, Any], path: str | Path) -> None:
     try:
         atomic_write(path, lambda tmp: torch.save({"format": CHECKPOINT_FORMAT, **state}, tmp))
     except (OSError, RuntimeError) as error:
-        if not is_disk_full(error):
-            raise
-        raise _disk_full_error(Path(path), error) from None
+        if is_disk_full(error):
+            raise _disk_full_error(Path(path), error) from None
+        if _read_only(Path(path).parent):  # torch.save says only "cannot be opened": say why, with errno EROFS
+            raise OSError(errno.EROFS, "the file system holding it is read-only", str(path)) from error
+        raise
+
+
+def _read_only(folder: Path) -> bool:
+    """Whether `folder`'s file system is mounted read-only (remounted so while a run wrote to it, say)."""
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):  # no such folder, or no statvfs (Windows)
+        return False
 
 
 def _disk_full_error(path: Path, error: BaseException) -> DiskFullError:

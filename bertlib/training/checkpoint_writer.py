@@ -19,6 +19,7 @@ overwritten while a write reads them.
 
 from __future__ import annotations
 
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -64,7 +65,7 @@ class CheckpointWriter:
             copies_done = torch.cuda.Event()
             copies_done.record()
         self._thread = threading.Thread(target=self._write, args=(state, Path(path), state["step"], copies_done),
-                                        name=f"bertlib checkpoint {state['step']}")
+                                        name=f"bertlib {Path(path).name}")
         self._thread.start()
 
     def finish(self) -> None:
@@ -74,10 +75,22 @@ class CheckpointWriter:
             raise error
 
     def wait(self) -> BaseException | None:
-        """Wait for the write in flight, if any, and return its error (cleared: it is reported once)."""
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        """Wait for the write in flight, if any, and return its error (cleared: it is reported once).
+
+        A Ctrl-C while waiting does not cut the write short, which would leave a temp file and a process torn down
+        under the writer thread: the wait goes on, then the Ctrl-C is raised, the write's error kept for the next
+        wait."""
+        interrupted = None
+        while self._thread is not None:
+            try:
+                self._thread.join()
+                self._thread = None
+            except KeyboardInterrupt as error:
+                interrupted = error
+                print(f"still writing {self._thread.name.removeprefix('bertlib ')} (a few seconds), then stopping",
+                      file=sys.stderr, flush=True)
+        if interrupted is not None:
+            raise interrupted
         error, self._error = self._error, None
         return error
 

@@ -5,10 +5,11 @@
             step()
             if stop.requested: break     # then raise stop.interrupt(step, out_dir)
 
-The first Ctrl-C (or SIGTERM, what a scheduler or `docker stop` sends) sets `requested` and says so on stderr;
-the same signal again stops at once, as Python's own Ctrl-C does. Leaving the block puts back the handlers it
-found. Outside the main thread signals cannot be caught: the block then changes nothing. torchrun and Slurm
-send SIGTERM before they kill a job, which is why it is caught too.
+The first Ctrl-C (or SIGTERM, what a scheduler or `docker stop` sends) sets `requested` and says so on stderr; the
+same signal again stops at once, as Python's own Ctrl-C does, once a checkpoint being written is whole (a few
+seconds; bertlib.training.checkpoint_writer), and the Trainer says after which step it stopped. Leaving the block
+puts back the handlers it found. Outside the main thread signals cannot be caught: the block then changes nothing.
+torchrun and Slurm send SIGTERM before they kill a job, which is why it is caught too.
 
     sys.exit(run_command("python -m bertlib.pretrain", "bertlib.pretraining.cli"))   # a command's `python -m` entry
 

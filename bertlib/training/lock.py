@@ -140,7 +140,8 @@ class RunLock:
         if _held[self.path] == 0:
             del _held[self.path]
             self._remove_takeover_file()
-            self.path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # a folder gone read-only: the next run takes over the stale lock
+                self.path.unlink(missing_ok=True)
 
     def _remove_takeover_file(self) -> None:
         """Delete OUT/.lock.takeover (left by a take-over of a stale lock) while this process still holds the lock.

@@ -150,11 +150,13 @@ class Trainer:
                     self.step += 1
                     bar.update(1)
                     self._after_step(started, target, bar)
-            except BaseException:
+            except BaseException as error:
                 self._stop_workers()
                 failed_write = self.writer.wait()
                 if failed_write is not None:
                     warnings.warn(f"a checkpoint could not be written: {failed_write}", stacklevel=2)
+                if isinstance(error, KeyboardInterrupt) and not str(error):  # a second Ctrl-C: stopped at once
+                    raise KeyboardInterrupt(self._stopped_at_once()) from None
                 raise
             finally:
                 bar.close()
@@ -163,6 +165,13 @@ class Trainer:
         if self.stop.requested:  # Ctrl-C after the last step: everything is saved already
             raise self.stop.interrupt(self.step, self.config.out_dir)
         return self.history
+
+    def _stopped_at_once(self) -> str:
+        """Where a second Ctrl-C stopped the run, and what a rerun resumes from."""
+        last = checkpoint.latest_checkpoint(self.config.out_dir) if self.config.out_dir is not None else None
+        resumes = (f"the newest checkpoint is {last}: run it again to resume from there" if last is not None
+                   else "nothing was saved")
+        return f"stopped at once after step {self.step} (Ctrl-C again): {resumes}"
 
     def _train_step(self) -> None:
         """One optimizer update over accumulation_steps micro-batches. Its numbers go into the step log and stay on

@@ -82,10 +82,11 @@ def test_on_a_gpu_each_write_holds_its_steps_values_from_buffers_made_once(tmp_p
 def test_a_ctrl_c_while_waiting_for_a_write_lets_the_file_be_whole_then_stops(tmp_path, monkeypatch, capsys):
     """A second Ctrl-C during the last checkpoint's write used to cut the wait short: the process went down under
     the writer thread, leaving a temp file (and, now and then, an abort). The wait goes on, then the Ctrl-C."""
-    real_save, main = checkpoint.save_checkpoint, threading.main_thread().ident
+    real_save, main, joining = checkpoint.save_checkpoint, threading.main_thread().ident, threading.Event()
 
     def ctrl_c_mid_write(saved, path):
-        signal.pthread_kill(main, signal.SIGINT)  # the training thread is in finish(), joining this one
+        assert joining.wait(timeout=60)  # the training thread is in finish(), waiting for this one
+        signal.pthread_kill(main, signal.SIGINT)
         time.sleep(0.2)  # the write goes on after the Ctrl-C
         real_save(saved, path)
 
@@ -94,6 +95,13 @@ def test_a_ctrl_c_while_waiting_for_a_write_lets_the_file_be_whole_then_stops(tm
     try:
         writer = CheckpointWriter(keep=2)
         writer.start(state(3, torch.ones(2)), tmp_path / "checkpoint-3.pt")
+        real_wait = writer._written.wait
+
+        def wait(*args, **kwargs):
+            joining.set()
+            return real_wait(*args, **kwargs)
+
+        writer._written.wait = wait
         with pytest.raises(KeyboardInterrupt):
             writer.finish()
     finally:

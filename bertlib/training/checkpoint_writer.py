@@ -54,6 +54,7 @@ class CheckpointWriter:
         self.keep = keep
         self._pinned: dict[tuple, torch.Tensor] = {}  # page-locked buffers for GPU tensors, made once
         self._thread: threading.Thread | None = None
+        self._written = threading.Event()  # set by the writer thread when its write is over, done or failed
         self._error: BaseException | None = None
 
     def start(self, state: dict[str, Any], path: Path) -> None:
@@ -64,6 +65,7 @@ class CheckpointWriter:
         if self._pinned:  # GPU copies were queued: the thread waits for them, not this one
             copies_done = torch.cuda.Event()
             copies_done.record()
+        self._written = threading.Event()
         self._thread = threading.Thread(target=self._write, args=(state, Path(path), state["step"], copies_done),
                                         name=f"bertlib {Path(path).name}")
         self._thread.start()
@@ -83,6 +85,7 @@ class CheckpointWriter:
         interrupted = None
         while self._thread is not None:
             try:
+                self._written.wait()  # not join(): a join cut short by a Ctrl-C may return early when asked again
                 self._thread.join()
                 self._thread = None
             except KeyboardInterrupt as error:
@@ -104,3 +107,5 @@ class CheckpointWriter:
             checkpoint.prune_checkpoints(path.parent, self.keep, up_to=step)
         except BaseException as error:  # raised again on the training thread
             self._error = error
+        finally:
+            self._written.set()

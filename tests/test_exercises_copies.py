@@ -70,8 +70,9 @@ def _called_names(node: ast.AST) -> set[str]:
     return names
 
 
-def _namespace(path: Path, sources: list[str]) -> dict:
-    """What a learner's kernel would hold of `sources`: their imports, definitions and plain constants."""
+def _namespace(path: Path, sources: list[str], calls: set[str] = SAFE_CALLS) -> dict:
+    """What a learner's kernel would hold of `sources`: their imports, definitions and the constants whose value
+    makes only `calls`."""
     namespace: dict = {"course": course, "__name__": "copied"}
     for source in sources:
         try:
@@ -80,7 +81,7 @@ def _namespace(path: Path, sources: list[str]) -> dict:
             continue
         for statement in tree.body:
             keep = isinstance(statement, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)) or (
-                isinstance(statement, ast.Assign) and _called_names(statement.value) <= SAFE_CALLS)
+                isinstance(statement, ast.Assign) and _called_names(statement.value) <= calls)
             if keep:
                 with contextlib.suppress(Exception):
                     exec(compile(ast.Module([statement], []), str(path), "exec"), namespace)

@@ -9,7 +9,6 @@ themselves, run in order by the test suite, hold the other case: every earlier p
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import io
 import re
@@ -17,24 +16,14 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from test_exercises_copies import SAFE_CALLS  # what a constant's value may call: re.compile, sorted ...
+from test_exercises_copies import SAFE_CALLS, _namespace  # what a constant may call: re.compile, sorted ...
 
 from bertlib import exercises
 from bertlib.course.setup_cell import SETUP_MARK
 
 SOLUTIONS = sorted((Path(__file__).resolve().parent.parent / "notebooks" / "solutions").glob("0*.ipynb"))
+USE_CALLS = {"exercises.use", "exercises.kept", "exercises.kept(quiet=True).get"}
 CHECK = re.compile(r'exercises\.check\("([0-9]{2}\.\w+)", (\w+), strict=True\)')
-
-
-def _kept_statement(statement: ast.stmt) -> bool:
-    """What a learner's kernel holds of a cell without running its long work: imports, definitions, constants, and
-    the pieces `exercises.use` hands in."""
-    if isinstance(statement, ast.Import | ast.ImportFrom | ast.FunctionDef | ast.ClassDef):
-        return True
-    if not isinstance(statement, ast.Assign):
-        return False
-    calls = {ast.unparse(node.func) for node in ast.walk(statement.value) if isinstance(node, ast.Call)}
-    return calls <= {"exercises.use", "exercises.kept", "exercises.kept(quiet=True).get", *SAFE_CALLS}
 
 
 def _solutions() -> list[tuple[str, Path, str, list[str]]]:
@@ -52,18 +41,11 @@ SOLVED = _solutions()
 
 
 def _solution(path: Path, name: str, cells: list[str]):
-    namespace: dict = {"__name__": "solution"}
-    for source in cells:
-        if source.startswith(SETUP_MARK):
-            continue
-        try:
-            tree = ast.parse(source)
-        except SyntaxError:  # a cell of IPython magics
-            continue
-        for statement in (statement for statement in tree.body if _kept_statement(statement)):
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(NameError):  # of a cell's results
-                exec(compile(ast.Module([statement], []), str(path), "exec"), namespace)
-    return namespace[name]
+    """The solution as a learner's kernel holds it: the cells' imports, definitions and constants, and the pieces
+    `exercises.use` hands in, without their long work."""
+    sources = [source for source in cells if not source.startswith(SETUP_MARK)]
+    with contextlib.redirect_stdout(io.StringIO()):
+        return _namespace(path, sources, SAFE_CALLS | USE_CALLS)[name]
 
 
 @pytest.fixture

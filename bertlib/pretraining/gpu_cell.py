@@ -101,7 +101,7 @@ def _check(settings: GpuCellSettings) -> None:
                          f"GPU_SEQ_LEN {settings.seq_len} from 5 to 512: change them at the top of the GPU cell")
 
 
-def _prepare(settings: GpuCellSettings) -> tuple[_Text, str]:
+def _prepare(settings: GpuCellSettings, rerun: bool) -> tuple[_Text, str]:
     """The text, a Rust-trained vocabulary and the sentence pairs, with forecasts of the long parts; and the
     text's source."""
     from tokenizers import BertWordPieceTokenizer
@@ -118,8 +118,8 @@ def _prepare(settings: GpuCellSettings) -> tuple[_Text, str]:
     held = max(10, len(texts) // 100)  # documents held out for evaluation (1%, at least 10)
     start = time.perf_counter()
     vocab = settings.out_dir / "vocab.txt"
-    if vocab.exists() and latest_checkpoint(settings.out_dir) is not None:  # a re-run: its run's vocabulary (Rust's
-        tokenizer = WordPieceTokenizer.from_vocab_file(vocab)  # trainer breaks ties differently from run to run)
+    if rerun:  # its first run's vocabulary: Rust's trainer breaks ties differently from run to run
+        tokenizer = WordPieceTokenizer.from_vocab_file(vocab)
     else:
         rust_trainer = BertWordPieceTokenizer(lowercase=True)
         rust_trainer.train_from_iterator(texts[held:], vocab_size=settings.vocab_size, min_frequency=3,
@@ -162,12 +162,13 @@ def _passes(tokens: float, most: int = 40) -> int:
     return int(min(max(round(20_000_000 / max(tokens, 1)), 1), most))
 
 
-def _steps(settings: GpuCellSettings, model: BertForPreTraining, config: TrainingConfig, train: PretrainingDataset,
-           collator: MaskingCollator, held_out: PretrainingDataset, batches: LengthGroupedBatchSampler) -> int:
+def _steps(settings: GpuCellSettings, rerun: bool, model: BertForPreTraining, config: TrainingConfig,
+           train: PretrainingDataset, collator: MaskingCollator, held_out: PretrainingDataset,
+           batches: LengthGroupedBatchSampler) -> int:
     """The run's step count: the first run's on a resume (its schedule is built for it), else fitted to the budget
     by a timed probe and written to steps.json."""
     steps_file = settings.out_dir / STEPS_FILE
-    if steps_file.exists() and latest_checkpoint(settings.out_dir) is not None:
+    if rerun:
         steps = json.loads(steps_file.read_text())["steps"]
         print(f"a re-run: resuming in {shown_path(settings.out_dir)} at the {steps} steps its first run fixed")
         return steps
@@ -193,7 +194,8 @@ def pretrain_on_gpu(settings: GpuCellSettings, device: torch.device) -> GpuPretr
     print(f"checkpoints every {settings.checkpoint_every} steps in {shown_path(settings.out_dir)}: a re-run of the "
           "cell resumes from the newest (on Colab, set BERTLIB_ARTIFACTS to a folder on Google Drive so that they "
           "outlive the runtime)")
-    text, source = _prepare(settings)
+    rerun = latest_checkpoint(settings.out_dir) is not None  # its vocabulary and steps.json were written first
+    text, source = _prepare(settings, rerun)
 
     torch.manual_seed(0)
     model_config = BertConfig.preset(settings.preset, vocab_size=text.tokenizer.vocab_size,
@@ -207,7 +209,7 @@ def pretrain_on_gpu(settings: GpuCellSettings, device: torch.device) -> GpuPretr
                             precision="auto", num_workers=2,  # two processes collate the next batches
                             log_every=settings.log_every, progress=settings.progress, out_dir=settings.out_dir,
                             checkpoint_every=settings.checkpoint_every, device=str(device))
-    steps = _steps(settings, model, config, train, collator, held_out, batches)
+    steps = _steps(settings, rerun, model, config, train, collator, held_out, batches)
     trainer = Trainer(model, dataclasses.replace(config, max_steps=steps), train, collator, eval_dataset=held_out,
                       metrics_fn=pretraining_metrics, batch_sampler=batches)
     print(f"BERT-{settings.preset}, batch {settings.batch_size} x {settings.seq_len}, {settings.minutes:g} minutes")

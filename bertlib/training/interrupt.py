@@ -29,7 +29,7 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any
 
-from bertlib.training.checkpoint import checkpoint_name
+from bertlib.training.checkpoint import checkpoint_name, latest_checkpoint
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -103,3 +103,11 @@ class StopRequests:
         saved = (f"saved {Path(out_dir) / checkpoint_name(step)}; run it again to resume" if out_dir is not None
                  else "no out_dir, so nothing was saved")
         return KeyboardInterrupt(f"interrupted at step {step}: {saved}")
+
+
+def stopped_at_once(step: int, out_dir: str | Path | None) -> KeyboardInterrupt:
+    """The KeyboardInterrupt of a second Ctrl-C, which stops at once: after which step, and what a rerun resumes."""
+    last = latest_checkpoint(out_dir) if out_dir is not None else None
+    resumes = f"the newest checkpoint is {last}: run it again to resume from there" if last is not None else \
+        "nothing was saved"
+    return KeyboardInterrupt(f"stopped at once after step {step} (Ctrl-C again): {resumes}")

@@ -43,7 +43,7 @@ from bertlib.training.config import TrainingConfig
 from bertlib.training.devices import pick_device
 from bertlib.training.evaluation import held_out_scores
 from bertlib.training.history import History
-from bertlib.training.interrupt import StopRequests
+from bertlib.training.interrupt import StopRequests, stopped_at_once
 from bertlib.training.optimizer import param_groups
 from bertlib.training.precision import autocast, loss_scaler, resolve_precision, use_tf32
 from bertlib.training.rng import rng_state, seed_everything, set_rng_state
@@ -156,7 +156,7 @@ class Trainer:
                 if failed_write is not None:
                     warnings.warn(f"a checkpoint could not be written: {failed_write}", stacklevel=2)
                 if isinstance(error, KeyboardInterrupt) and not str(error):  # a second Ctrl-C: stopped at once
-                    raise KeyboardInterrupt(self._stopped_at_once()) from None
+                    raise stopped_at_once(self.step, self.config.out_dir) from None
                 raise
             finally:
                 bar.close()
@@ -165,13 +165,6 @@ class Trainer:
         if self.stop.requested:  # Ctrl-C after the last step: everything is saved already
             raise self.stop.interrupt(self.step, self.config.out_dir)
         return self.history
-
-    def _stopped_at_once(self) -> str:
-        """Where a second Ctrl-C stopped the run, and what a rerun resumes from."""
-        last = checkpoint.latest_checkpoint(self.config.out_dir) if self.config.out_dir is not None else None
-        resumes = (f"the newest checkpoint is {last}: run it again to resume from there" if last is not None
-                   else "nothing was saved")
-        return f"stopped at once after step {self.step} (Ctrl-C again): {resumes}"
 
     def _train_step(self) -> None:
         """One optimizer update over accumulation_steps micro-batches. Its numbers go into the step log and stay on

@@ -3,7 +3,8 @@
 `python -m torch.distributed.run --standalone --nproc_per_node=2 tests/ddp_worker.py OUT.pt` trains a tiny
 classifier with 2 processes (gloo on CPU) for 1.5 epochs, stopping half-way and resuming from the checkpoint,
 then a tiny BertForPreTraining on pairs with uneven mask counts; rank 0 saves the per-step histories, the
-eval scores and the final weights to OUT.pt, for the test to compare with one process on the same batches.
+eval scores and the final weights to OUT.pt, for the test to compare with one process on the same batches; and
+where a time-budgeted run with one slow process ends.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch.distributed as dist
 import bertlib
 from bertlib import BertConfig, BertForPreTraining, BertForSequenceClassification
 from bertlib.training.config import TrainingConfig
+from bertlib.training.deadline import Deadline
 from bertlib.training.trainer import Trainer
 
 VOCAB = 100
@@ -179,6 +181,25 @@ def interrupted_on_rank_1(out_dir: Path, data: list[dict[str, torch.Tensor]]) ->
     return [int(s) for s in stopped], reads
 
 
+def refit_to_the_slowest_process() -> list[int]:
+    """A 10 s budget planned at 0.1 s a step, in which process 1's batches take 0.3 s on a fake clock: every
+    process re-fits to the slowest one's speed, so all end at one step. Each process's last step, in rank order."""
+    rank = dist.get_rank()
+    clock = [0.0]
+
+    def collate(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        clock[0] += 0.3 if rank == 1 else 0.1
+        return stack(items)
+
+    trainer = Trainer(classifier(), TrainingConfig(batch_size=2, max_steps=100, log_every=5, progress=False),
+                      classification_data(32), collate, deadline=Deadline(10, clock=lambda: clock[0], window=0.5))
+    trainer.train()
+    ends = [torch.zeros(1, dtype=torch.long) for _ in range(trainer.world_size)]
+    dist.all_gather(ends, torch.tensor([trainer.step]))
+    trainer.close()
+    return [int(end) for end in ends]
+
+
 def main(out_path: str) -> None:
     """Train with batch 2 x 2 accumulation steps per process for 1.5 epochs (6 steps), stopping at step 3 and
     resuming with a new Trainer (other init, other RNG state: the checkpoint must win); then 2 MLM steps on
@@ -198,10 +219,11 @@ def main(out_path: str) -> None:
                   fixed_mask_data(16), stack)
     mlm_history = mlm.train()
     stopped, reads = interrupted_on_rank_1(Path(out_path).parent / "ddp-stop", data)
+    refit_ends = refit_to_the_slowest_process()
     if resumed.is_main:
         torch.save({"records": history.records, "weights": resumed.model.state_dict(),
                     "mlm_records": mlm_history.records, "mlm_weights": mlm.model.state_dict(),
-                    "stopped": stopped, "reads": reads}, out_path)
+                    "stopped": stopped, "reads": reads, "refit_ends": refit_ends}, out_path)
     resumed.close()
     first.close()
 

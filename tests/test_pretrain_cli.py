@@ -15,6 +15,7 @@ from bertlib.text.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
 from bertlib.text.wordpiece_trainer import train_wordpiece
 from bertlib.training import time_budget
 from bertlib.training.checkpoint import list_checkpoints, load_checkpoint
+from bertlib.training.deadline import Deadline
 from bertlib.training.history import History
 
 TOPICS = ["river", "garden", "engine", "market", "winter", "library", "harbor", "forest"]
@@ -172,6 +173,7 @@ def probe_says(monkeypatch, seconds_per_step: float) -> list[int]:
 def test_minutes_fix_the_steps_once_from_the_probe_and_the_lr_never_rises_after_warmup(corpus, vocab, tmp_path,
                                                                                        capsys, monkeypatch):
     probes = probe_says(monkeypatch, 0.25)
+    monkeypatch.setattr(Deadline, "refit", lambda *args: None)  # the probe's count alone (the re-fits: below)
     out = tmp_path / "run"
     assert run(corpus, vocab, out, "--minutes", "0.05", "--warmup-ratio", "0.25", steps=None) == 0  # 3 s / 0.25
     said = capsys.readouterr().out
@@ -184,14 +186,29 @@ def test_minutes_fix_the_steps_once_from_the_probe_and_the_lr_never_rises_after_
     assert peak <= 3 and all(later <= earlier for earlier, later in zip(lr[peak:], lr[peak + 1:], strict=False))
     assert lr[-1] < max(lr)
 
-    # a resume keeps the 12 steps run.json records: no new probe, whatever --minutes says now
+    # a resume keeps the 12 steps of its checkpoint: no new probe, whatever --minutes says now
     list_checkpoints(out)[-1].unlink()  # back to checkpoint-11
     assert run(corpus, vocab, out, "--minutes", "5", "--warmup-ratio", "0.25", steps=None) == 0
     said = capsys.readouterr().out
-    assert len(probes) == 1 and "keeps the 12 steps" in said and "no new timing probe" in said
+    assert len(probes) == 1 and "step count and clock of the newest checkpoint" in said
+    assert "no new timing probe" in said
     assert list_checkpoints(out)[-1].name == "checkpoint-12.pt"
     assert json.loads((out / "run.json").read_text())["args"]["steps"] == 12
     assert pd.read_csv(out / "history.csv")["lr"].tolist() == pytest.approx(lr)
+
+
+def test_a_run_slower_than_its_probe_said_is_refit_to_its_budget_and_records_the_steps_it_ran(corpus, vocab, tmp_path,
+                                                                                             capsys, monkeypatch):
+    probe_says(monkeypatch, 0.0005)  # 6,000 steps would fit in 3 s: far more than this machine makes
+    out = tmp_path / "run"
+    assert run(corpus, vocab, out, "--minutes", "0.05", "--warmup-ratio", "0.02", steps=None) == 0
+    said = capsys.readouterr().out
+    assert "-> 6,000 steps" in said and "time budget: step " in said and "the run now ends at step" in said
+    assert re.search(r"--minutes 0.05: steps 1-\d+ with their evaluations and checkpoints took [\d.]+ s of its 3 s "
+                     r"budget \(\d+%\), \d+ re-fits?", said)
+    steps = json.loads((out / "run.json").read_text())["args"]["steps"]
+    assert steps < 6000 and list_checkpoints(out)[-1].name == f"checkpoint-{steps}.pt"
+    assert len(pd.read_csv(out / "history.csv")) == steps
 
 
 def test_steps_cap_what_the_minutes_give(corpus, vocab, tmp_path, capsys, monkeypatch):

@@ -531,6 +531,9 @@ def test_ddp_two_processes_match_one_and_resume(tmp_path):
     # Ctrl-C in process 1 during step 2: read with the numbers of step 3 (a logging step), so both stop after 4
     assert ddp["stopped"] == [4, 4] and sorted(set(ddp["reads"])) == [3, 4]  # no read between logging steps
     assert sorted(p.name for p in (tmp_path / "ddp-stop").iterdir()) == ["checkpoint-4.pt"]
+    # a time budget with process 1 three times slower: both re-fit to its speed (about 33 steps in 10 s) and end
+    # together (each on its own would end at another step, or wait forever for the other)
+    assert ddp["refit_ends"][0] == ddp["refit_ends"][1] and 25 <= ddp["refit_ends"][0] <= 40
 
     mlm = Trainer(pretrainer(dropout=False), quiet(batch_size=8, **MLM_SETTINGS), fixed_mask_data(16), stack)
     mlm_history = mlm.train()  # uneven mask counts across processes: the loss is a mean over all of them

@@ -18,10 +18,13 @@ hold any out refuses --eval-every before the vocabulary is trained).
 (bertlib.training.time_budget: one warm-up step, then a few timed steps of a throwaway copy of the model, with its own
 optimizer, on the real batches) measures the seconds per step, and the run gets as many steps as fit in M
 minutes (at least 1; at most --steps when both are given). It prints one line with the probe's seconds per
-step and the step count chosen, and run.json records that count. The count is fixed once: the learning-rate
-schedule (warmup, then linear decay to 0) is built for it and never changes during the run. The budget covers
-the training steps; the probe, the data preparation, evaluation and checkpoints come on top. A resumed run
-keeps the step count run.json records (no new probe) and says so.
+step and the step count chosen. As it trains, at logging steps, the run times its recent steps and moves its
+last step where the budget left now puts it, when that moves the end by more than 2% of the budget (another
+program started on the machine, or stopped): one line says so, and the learning rate goes on in a straight
+line from where it is to 0 at the new last step, never jumping (bertlib.training.deadline). The budget covers
+the training steps with their evaluations and checkpoints; the probe and the data preparation come on top.
+At the end a line says how long the run took against its budget, and run.json records the steps it ran. A
+resumed run goes on with the step count and clock of its checkpoint (no new probe) and says so.
 
 Checkpoints go to DIR/checkpoint-{step}.pt (bertlib.training.trainer.Trainer: model, optimizer, schedule, RNG
 states, data position); run the same command again and it resumes from the newest one, with the same masks it
@@ -89,8 +92,8 @@ def _parser() -> argparse.ArgumentParser:
                         help=f"optimizer steps in all (default {DEFAULT_STEPS:,}; may grow on resume); with "
                              "--minutes, an upper bound on the steps the time budget gives")
     parser.add_argument("--minutes", type=float, default=None,
-                        help="time budget: a short timing probe fixes the step count once, before the run "
-                             "(the schedule is built for it); a resume keeps the count run.json records")
+                        help="time budget: a short timing probe sets the step count before the run, and the "
+                             "run moves its last step if the machine's speed changes; a resume keeps its clock")
     parser.add_argument("--objective", choices=["mlm", "mlm+nsp"], default=None,
                         help="mlm: packed windows, MLM only (RoBERTa); mlm+nsp: sentence pairs (BERT) (recipe)")
     parser.add_argument("--batch-size", type=int, default=None, help="windows or pairs per step and process (recipe)")

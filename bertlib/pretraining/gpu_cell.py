@@ -4,8 +4,9 @@
 where its checkpoints go; then it prepares the text (download, a Rust-trained vocabulary, sentence pairs) with a
 forecast of how long that and the scoring after training take, trains with checkpoints in `out_dir`, saves the
 model the moment training ends, and scores it as sections 7 and 9 of 06 score the CPU run. A re-run after a
-disconnect resumes from the newest checkpoint at the step count its first run fixed (`steps.json`), so the budget
-is not timed again. Nothing here needs a GPU: the tests run it on a CPU at smoke size, twice, the second a resume.
+disconnect resumes from the newest checkpoint, on the step count and clock it saved, so the budget is not timed
+again; as it trains, the run re-fits its step count when the GPU's speed changes (bertlib.training.deadline).
+Nothing here needs a GPU: the tests run it on a CPU at smoke size, twice, the second a resume.
 
 Leaves out: caching the prepared pairs (a re-run prepares them again, a few minutes at most on 100 M characters).
 """
@@ -38,6 +39,7 @@ from bertlib.pretraining.yardsticks import (
 from bertlib.text.wordpiece import WordPieceTokenizer
 from bertlib.training import Trainer, TrainingConfig, precision_line, resolve_precision
 from bertlib.training.checkpoint import latest_checkpoint
+from bertlib.training.deadline import Deadline
 from bertlib.training.gpu_plan import plan_for_device
 from bertlib.training.history import History
 from bertlib.training.sampling import LengthGroupedBatchSampler, padding_report
@@ -164,20 +166,22 @@ def _passes(tokens: float, most: int = 40) -> int:
 
 def _steps(settings: GpuCellSettings, rerun: bool, model: BertForPreTraining, config: TrainingConfig,
            train: PretrainingDataset, collator: MaskingCollator, held_out: PretrainingDataset,
-           batches: LengthGroupedBatchSampler) -> int:
-    """The run's step count: the first run's on a resume (its schedule is built for it), else fitted to the budget
-    by a timed probe and written to steps.json."""
+           batches: LengthGroupedBatchSampler) -> tuple[int, Deadline]:
+    """The run's step count and the deadline that re-fits it as it trains: on a resume, the first run's count (the
+    checkpoint then gives the count and clock its re-fits left); else fitted to the budget by a timed probe and
+    written to steps.json."""
     steps_file = settings.out_dir / STEPS_FILE
     if rerun:
         steps = json.loads(steps_file.read_text())["steps"]
-        print(f"a re-run: resuming in {shown_path(settings.out_dir)} at the {steps} steps its first run fixed")
-        return steps
+        print(f"a re-run: resuming in {shown_path(settings.out_dir)}, on the step count and clock of its newest "
+              "checkpoint")
+        return steps, Deadline(settings.minutes * 60, settings.min_steps)
     budget = fit_steps_to_budget(model, config, train, collator, seconds=settings.minutes * 60,
                                  minimum=settings.min_steps, probe_steps=settings.probe_steps,
                                  metrics_fn=pretraining_metrics, eval_dataset=held_out, batch_sampler=batches)
-    print(budget.line())  # the step count, fixed once: the schedule is built for it
+    print(f"{budget.line()}; re-fit as it trains if the GPU's speed changes")
     atomic_write(steps_file, lambda path: path.write_text(json.dumps({"steps": budget.steps})))
-    return budget.steps
+    return budget.steps, budget.deadline()
 
 
 def pretrain_on_gpu(settings: GpuCellSettings, device: torch.device) -> GpuPretraining:
@@ -209,14 +213,13 @@ def pretrain_on_gpu(settings: GpuCellSettings, device: torch.device) -> GpuPretr
                             precision="auto", num_workers=2,  # two processes collate the next batches
                             log_every=settings.log_every, progress=settings.progress, out_dir=settings.out_dir,
                             checkpoint_every=settings.checkpoint_every, device=str(device))
-    steps = _steps(settings, rerun, model, config, train, collator, held_out, batches)
+    steps, deadline = _steps(settings, rerun, model, config, train, collator, held_out, batches)
     trainer = Trainer(model, dataclasses.replace(config, max_steps=steps), train, collator, eval_dataset=held_out,
-                      metrics_fn=pretraining_metrics, batch_sampler=batches)
+                      metrics_fn=pretraining_metrics, batch_sampler=batches, deadline=deadline)
     print(f"BERT-{settings.preset}, batch {settings.batch_size} x {settings.seq_len}, {settings.minutes:g} minutes")
-    start = time.perf_counter()
     trainer.train()
     frame = trainer.history.frame()
-    print(f"{trainer.step} steps in {(time.perf_counter() - start) / 60:.1f} min, "
+    print(f"{trainer.step} steps: {deadline.line()}; "
           f"{frame['tokens_per_s'].iloc[len(frame) // 2:].median():,.0f} tokens/s")
     folder = hf.save_pretrained(model, settings.save_to, vocab_file=text.vocab)  # before the scoring, not after
     print(f"saved to {shown_path(folder)}")

@@ -8,9 +8,10 @@ writable, another live run holding its lock), a resume whose data, model or opti
 ones in OUT/run.json (each named by its flag) or whose corpus text changed (run.json records its hash) or whose
 --steps is below the step the run reached, --eval-every where the corpus is too small to hold any document out
 (before the vocabulary is trained), a vocabulary with nothing but special tokens, and a corpus too small to fill
-one batch. With --minutes, a timing probe (bertlib.training.time_budget) fixes the step count once, before the
-Trainer is built, so the learning-rate schedule never changes during the run; a resume keeps the count
-OUT/run.json records. OUT/run.json is written only once the Trainer has accepted the newest checkpoint (or found
+one batch. With --minutes, a timing probe (bertlib.training.time_budget) sets the step count before the
+Trainer is built, and the Trainer re-fits it as it trains when the machine's speed changes
+(bertlib.training.deadline), so the run ends on its budget; a resume goes on with its checkpoint's count and
+clock. OUT/run.json is written only once the Trainer has accepted the newest checkpoint (or found
 none), so a refused run never replaces the record of the run the folder holds. A non-finite loss stops the run
 without exporting the model; Ctrl-C saves a checkpoint and exits with status 130.
 
@@ -53,6 +54,7 @@ from bertlib.training.checkpoint import (
     unwritable_line,
 )
 from bertlib.training.config import TrainingConfig
+from bertlib.training.deadline import Deadline
 from bertlib.training.history import History
 from bertlib.training.interrupt import interrupted_line
 from bertlib.training.lock import RunLock, RunLockedError
@@ -207,8 +209,9 @@ def resolve_steps(args: argparse.Namespace, out: Path) -> str | None:
     """Settle args.steps where no probe is needed (no --minutes, or a resume); a line to print, if any.
 
     Without --minutes: --steps or DEFAULT_STEPS. With --minutes and a run to resume: the count run.json
-    records, capped by --steps when given. With --minutes on a fresh run args.steps stays as given (None
-    or the cap) and _train_and_export fixes it from the probe.
+    records, capped by --steps when given (the Trainer then takes its checkpoint's count, re-fits included).
+    With --minutes on a fresh run args.steps stays as given (None or the cap) and _train_and_export sets it
+    from the probe.
     """
     if args.minutes is None:
         if args.steps is None:
@@ -218,9 +221,9 @@ def resolve_steps(args: argparse.Namespace, out: Path) -> str | None:
     if recorded is None:
         return None
     args.steps = recorded if args.steps is None else min(recorded, args.steps)
-    capped = f", capped by --steps at {args.steps:,}" if args.steps != recorded else ""
-    return (f"--minutes {args.minutes:g}: resuming, so the run keeps the {recorded:,} steps that "
-            f"{shown_path(out / 'run.json')} records{capped} (no new timing probe)")
+    capped = f", at most --steps {args.steps:,}" if args.steps != recorded else ""
+    return (f"--minutes {args.minutes:g}: resuming, on the step count and clock of the newest checkpoint{capped} "
+            "(no new timing probe)")
 
 
 def load_texts(corpus: str, max_documents: int | None) -> tuple[list[str], str]:
@@ -339,13 +342,14 @@ def run_pretraining(args: argparse.Namespace) -> int:
             check_out_dir(args.out)  # the string as given: Path("") would be the current folder
             refuse_other_runs(out, "pretrain")
             lock.acquire()
+        most_steps = args.steps  # with --minutes, the most steps a re-fit may give
         said = resolve_steps(args, out)
         if said is not None and is_main:
             print(said)
         settings = dict(vars(args))
         if settings["steps"] is not None:  # None: a fresh --minutes run, its steps not known yet
             check_resume(out, settings)
-        return _train_and_export(args, out, settings, is_main, world_size)
+        return _train_and_export(args, out, settings, is_main, world_size, most_steps)
     except (OutDirError, RunLockedError, PretrainError, NonFiniteLossError, DiskFullError) as error:
         raise SystemExit(f"{PROG}: {error}") from None
     except OSError as error:  # made read-only or immutable while the run trained: one line; anything else raises
@@ -366,7 +370,7 @@ def run_pretraining(args: argparse.Namespace) -> int:
 
 
 def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, Any], is_main: bool,
-                      world_size: int) -> int:
+                      world_size: int, most_steps: int | None) -> int:
     """The run itself, once the folder and the arguments are known to be usable."""
     from bertlib.model import hf
 
@@ -412,16 +416,18 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
         progress=is_main and args.progress, num_workers=_workers(args),
     )
     collate = functools.partial(_dense_mlm, collator) if args.dense_mlm else collator
+    deadline = None if args.minutes is None else Deadline(args.minutes * 60, most=most_steps)  # a resume's
     if args.steps is None or (args.minutes is not None and latest_checkpoint(out) is None):
         budget = fit_steps_to_budget(model, training, train, collate, seconds=args.minutes * 60,
                                      maximum=args.steps, probe_steps=PROBE_STEPS, metrics_fn=pretraining_metrics,
                                      eval_dataset=evaluation, batch_sampler=batch_sampler)
         if is_main:
-            print(f"--minutes {args.minutes:g}: {budget.line()}")
+            print(f"--minutes {args.minutes:g}: {budget.line()}; re-fit as it trains if the machine's speed changes")
         args.steps = settings["steps"] = budget.steps
         training = dataclasses.replace(training, max_steps=budget.steps)
+        deadline = budget.deadline()
     trainer = Trainer(model, training, train, collate, eval_dataset=evaluation, metrics_fn=pretraining_metrics,
-                      batch_sampler=batch_sampler)
+                      batch_sampler=batch_sampler, deadline=deadline)
     try:
         trainer.train(stop_at=0)  # resumes from the newest checkpoint, or refuses it, before run.json is written
     except ValueError as error:  # a checkpoint of other settings (a lost or replaced run.json): nothing recorded
@@ -437,19 +443,19 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
               "the end)"
               + (f"; resumed at step {trainer.step} (the 'resumed from' line above names the checkpoint)"
                  if trainer.step else "; starting fresh"))
-        run = json.dumps({"args": settings, "corpus_sha256": corpus_sha256, "model_config": config.to_dict()},
-                         indent=2) + "\n"
-        atomic_write(out / "run.json", lambda tmp: tmp.write_text(run, encoding="utf-8"))
-    trained_from, started = trainer.step, time.perf_counter()
+        write_record(out, settings, corpus_sha256, config.to_dict())
+    trained_from = trainer.step
     try:
         history = trainer.train()
     finally:
         trainer.close()
-    took = time.perf_counter() - started
-    if is_main and args.minutes is not None and trainer.step > trained_from:
+    if is_main and deadline is not None and trainer.step > trained_from:
         print(f"--minutes {args.minutes:g}: steps {trained_from + 1}-{trainer.step} with their evaluations and "
-              f"checkpoints took {took:.1f} s, {took / (args.minutes * 60):.0%} of the budget"
-              + (" (a resumed run: part of it was spent before)" if trained_from else ""))
+              f"checkpoints {deadline.line()}" + (" (a resumed run: its time before the stop included)"
+                                                  if trained_from else ""))
+    if is_main and trainer.max_steps != args.steps:  # re-fit to the budget: the record names the steps that ran
+        args.steps = settings["steps"] = trainer.max_steps
+        write_record(out, settings, corpus_sha256, config.to_dict())
     if is_main:
         folder = hf.save_pretrained(model, out / "pretrained", vocab_file=vocab_path)
         atomic_write(out / "history.csv", history.frame().to_csv)
@@ -463,6 +469,12 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
         print(speed_line(history, trainer, flops, args.peak_tflops or peak_tflops(trainer.device, trainer.precision)))
         print(f"model for fine-tuning: {shown_path(folder)} (bertlib.model.hf.from_pretrained or transformers)")
     return 0
+
+
+def write_record(out: Path, settings: dict[str, Any], corpus_sha256: str, model_config: dict[str, Any]) -> None:
+    """OUT/run.json: the arguments of the run the folder holds (a resume checks them), its corpus' hash, its model."""
+    run = json.dumps({"args": settings, "corpus_sha256": corpus_sha256, "model_config": model_config}, indent=2)
+    atomic_write(out / "run.json", lambda tmp: tmp.write_text(run + "\n", encoding="utf-8"))
 
 
 def _dense_mlm(collator: MaskingCollator, items: list[Any]) -> dict[str, Any]:

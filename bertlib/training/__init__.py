@@ -1,7 +1,7 @@
 """The training loop pretraining and fine-tuning share: the Trainer and its TrainingConfig, and its pieces: the
 batches, the step log, the update, the checkpoint writer, resuming, Ctrl-C, several processes; the optimizer's
 parameter groups, the schedule, mixed precision, random states, devices, batch samplers, the logged history,
-checkpoints, the run lock, and the time budget that fixes a step count.
+checkpoints, the run lock, the time budget that fixes a step count and the deadline that re-fits it.
 """
 
 from bertlib.basics import lazy_exports
@@ -21,7 +21,8 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "rng": ("rng_state", "set_rng_state", "seed_everything", "forked_rng"),
     "sampling": ("BatchSampler", "RandomBatchSampler", "length_grouped_batches", "LengthGroupedBatchSampler",
                  "sequential_batches"),
-    "schedule": ("linear_warmup_decay", "noam_schedule", "schedule_at"),
+    "schedule": ("linear_warmup_decay", "noam_schedule", "schedule_at", "Relaid"),
+    "deadline": ("Deadline", "Refit", "steps_that_fit"),
     "time_budget": ("StepBudget", "check_seconds", "steps_in_budget", "time_steps", "fit_steps_to_budget"),
     "trainer": ("MetricsFn", "NonFiniteLossError", "Trainer"),
     "batches": ("Batch", "EXAMPLES", "TOKENS", "BatchStream", "HeldOutBatches", "target_counts",

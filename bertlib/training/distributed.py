@@ -61,6 +61,15 @@ def reduce_step_numbers(packed: torch.Tensor, losses: int, world_size: int) -> N
         packed[losses:] /= world_size
 
 
+def maxima(values: list[float], world_size: int, device: torch.device) -> list[float]:
+    """Each of `values`, the largest over every process (the slowest process's times): the same list everywhere."""
+    if world_size == 1:
+        return values
+    packed = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(packed, op=dist.ReduceOp.MAX)
+    return packed.tolist()
+
+
 def gathered(value: Any, world_size: int) -> list[Any]:
     """Every process's `value` (any picklable object), in rank order."""
     if world_size == 1:

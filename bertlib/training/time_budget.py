@@ -4,7 +4,7 @@
     budget = fit_steps_to_budget(model, config, train_dataset, collate_fn, seconds=240, maximum=10_000)
     print(budget.line())             # "time budget 240 s: 0.052 s per step (probe of 5 steps) -> 4,615 steps"
     config = dataclasses.replace(config, max_steps=budget.steps)
-    Trainer(model, config, train_dataset, collate_fn).train()   # the schedule is built for budget.steps
+    Trainer(model, config, train_dataset, collate_fn, deadline=budget.deadline()).train()
 
 The probe trains a throwaway copy: a deep copy of the model under its own Trainer (its own AdamW, no out_dir,
 no evaluation, no progress bar) on the real dataset and collator, with the real device, precision, batch size
@@ -14,18 +14,16 @@ steps are. The model
 passed in is never touched, and the caller's Python, NumPy and torch RNG states are given back afterwards.
 Under torchrun every process probes together and all take the slowest process's time, so that they agree.
 
-Why once: a warmup + linear-decay schedule is a function of the run's last step. Re-fitting `max_steps` while
-training (say every 50 steps, from the speed just measured) moves that last step, and each move makes the
-learning rate jump, up as well as down. Fixing the step count before the first real step gives the schedule
-one shape from start to end.
+The probe's count is where the run starts. Given `budget.deadline()`, the Trainer re-fits it at logging steps
+when the machine's speed changes, re-laying the decay from where the rate stands (bertlib.training.deadline);
+without one, the count stays fixed.
 
 `steps_in_budget(seconds, seconds_per_step, minimum, maximum)` is the arithmetic alone. The budget covers the
 training steps, the evaluations and the checkpoints: given the eval set, and with an out_dir, the probe also
 times one evaluation and one checkpoint and reserves their cost for as many as the run will make. The probe
 itself and what comes after the run (exporting the model) come on top.
 
-Leaves out: re-timing during the run, and any guess about speed changes later on (a GPU that throttles, a
-laptop on battery, a CPU that other programs start to share): the run keeps the step count it was given.
+Leaves out: a longer probe (five steps can catch a passing hiccup; the deadline's re-fits absorb it).
 """
 
 from __future__ import annotations
@@ -45,6 +43,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from bertlib.training.config import TrainingConfig
+from bertlib.training.deadline import Deadline, steps_that_fit
 from bertlib.training.devices import local_rank, pick_device
 from bertlib.training.rng import rng_state, set_rng_state
 from bertlib.training.sampling import BatchSampler
@@ -65,6 +64,11 @@ class StepBudget:
     seconds_per_checkpoint: float = 0.0  # one checkpoint written (0: no out_dir)
     evaluations: int = 0  # of the chosen run
     checkpoints: int = 0
+
+    def deadline(self) -> Deadline:
+        """The clock that keeps the run on this budget as it trains, starting from what the probe measured."""
+        return Deadline(self.seconds, self.minimum, self.maximum, evaluation=self.seconds_per_evaluation,
+                        checkpoint=self.seconds_per_checkpoint)
 
     def line(self) -> str:
         """One line saying what the probe measured and what was chosen."""
@@ -203,12 +207,10 @@ def fit_steps_to_budget(model: nn.Module, config: TrainingConfig, train_dataset:
     per_step, evaluation, saving = _probe(model, config, train_dataset, collate_fn, probe_steps, metrics_fn,
                                           eval_dataset, batch_sampler, clock)
     per_step = max(per_step, 1e-9)  # a clock too coarse to see the probe: as fast as it gets
-    # Each evaluation and checkpoint at the end, and one every eval_every / checkpoint_every steps, spread per step.
-    at_end = evaluation + saving
-    spread = sum(cost / every for cost, every in ((evaluation, config.eval_every), (saving, config.checkpoint_every))
-                 if cost and every)
-    left = seconds - at_end
-    steps = steps_in_budget(left, per_step + spread, minimum, maximum) if left > 0 else minimum
+    if minimum < 1 or (maximum is not None and maximum < minimum):
+        raise ValueError(f"need 1 <= minimum <= maximum, got minimum={minimum}, maximum={maximum}")
+    fit = steps_that_fit(seconds, per_step, evaluation, config.eval_every, saving, config.checkpoint_every)
+    steps = max(minimum, fit) if maximum is None else min(max(minimum, fit), maximum)
     evaluations = (steps // config.eval_every if config.eval_every else 0) + 1 if eval_dataset is not None else 0
     checkpoints = ((steps // config.checkpoint_every if config.checkpoint_every else 0) + 1
                    if config.out_dir is not None else 0)

@@ -11,7 +11,8 @@ and `metrics_fn(batch, output)` are logged. A step's loss is the mean over every
 and processes, as one big batch would give: MLM is normalised by the step's predicted tokens (google-research/bert).
 Here are the loop and its step; the other pieces are modules of bertlib.training: batches, step_log, update,
 checkpoint_writer, evaluation, resume, interrupt and distributed. A non-finite loss stops the run naming the
-step, back at the step before it.
+step, back at the step before it. Given a `deadline` (a time budget), the run re-fits its last step at logging
+steps to the speed it measures, so that it ends on time (bertlib.training.deadline).
 
 References: AdamW (Loshchilov & Hutter 2019); BERT's recipe (Devlin et al. 2019, google-research/bert
 optimization.py); transformers' Trainer (token-count loss normalisation); nanoGPT's train.py (reads on logging).
@@ -20,6 +21,8 @@ Leaves out: iterable datasets, gradient checkpointing, FSDP/ZeRO, early stopping
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
 import time
 import warnings
@@ -40,6 +43,7 @@ from bertlib.training import batches, checkpoint, distributed, resume
 from bertlib.training.batches import TOKENS, Batch, BatchStream
 from bertlib.training.checkpoint_writer import CheckpointWriter
 from bertlib.training.config import TrainingConfig
+from bertlib.training.deadline import Deadline
 from bertlib.training.devices import pick_device
 from bertlib.training.evaluation import held_out_scores
 from bertlib.training.history import History
@@ -48,7 +52,7 @@ from bertlib.training.optimizer import param_groups
 from bertlib.training.precision import autocast, loss_scaler, resolve_precision, use_tf32
 from bertlib.training.rng import rng_state, seed_everything, set_rng_state
 from bertlib.training.sampling import BatchSampler, RandomBatchSampler
-from bertlib.training.schedule import linear_warmup_decay, schedule_at
+from bertlib.training.schedule import Relaid, linear_warmup_decay, schedule_at
 from bertlib.training.step_log import BadStep, StepLog
 from bertlib.training.update import Update, adamw
 
@@ -65,8 +69,13 @@ class Trainer:
     def __init__(self, model: nn.Module, config: TrainingConfig, train_dataset: Dataset,
                  collate_fn: Callable[[list[Any]], Batch] | None = None, eval_dataset: Dataset | None = None,
                  metrics_fn: MetricsFn | None = None, batch_sampler: BatchSampler | None = None,
-                 eval_batch_sampler: BatchSampler | None = None):
+                 eval_batch_sampler: BatchSampler | None = None, deadline: Deadline | None = None):
+        if deadline is not None and config.epochs is not None:
+            raise ValueError("a time budget (deadline) re-fits max_steps: give max_steps, not epochs")
         self.config, self.train_dataset, self.eval_dataset = config, train_dataset, eval_dataset
+        self.deadline, self._relaid = deadline, None  # the schedule re-laid by a re-fit: see _refit
+        if deadline is not None and config.warmup_steps:  # a run given its warmup in steps ends after it
+            deadline.least = max(deadline.least, config.warmup_steps)
         self.collate_fn, self.metrics_fn = collate_fn or default_collate, metrics_fn
         self.world_size, self.rank, self._owns_process_group = distributed.join_process_group()
         self.is_main = self.rank == 0
@@ -124,6 +133,8 @@ class Trainer:
 
     def _lr_multiplier(self, step: int) -> float:
         """The schedule LambdaLR applies (reads max_steps anew, so a resumed run with more steps follows it)."""
+        if self._relaid is not None:
+            return self._relaid(step, self.max_steps)
         return linear_warmup_decay(step, self.config.warmup_for(self.max_steps), self.max_steps)
 
     # -- the loop ------------------------------------------------------------------------------------------
@@ -136,20 +147,21 @@ class Trainer:
         """
         if not self._started:
             self._start()
-        target = self.max_steps if stop_at is None else min(stop_at, self.max_steps)
-        if self.step >= target:
+        if self.step >= self._target(stop_at):
             return self.history
         bar = tqdm(total=self.max_steps, initial=self.step, desc="train", unit="step", dynamic_ncols=True,
                    disable=not (self.config.progress and self.is_main))
         self._train_model.train()
+        if self.deadline is not None:
+            self.deadline.start()
         with self.stop:  # Ctrl-C: stop after this step; the handlers go back only once the cleanup below is done
             try:
-                while self.step < target:
+                while self.step < self._target(stop_at):  # a re-fit may move the last step
                     started = time.perf_counter()
                     self._train_step()
                     self.step += 1
                     bar.update(1)
-                    self._after_step(started, target, bar)
+                    self._after_step(started, self._target(stop_at), bar)
             except BaseException as error:
                 self._stop_workers()
                 failed_write = self.writer.wait()
@@ -160,11 +172,17 @@ class Trainer:
                 raise
             finally:
                 bar.close()
+                if self.deadline is not None:
+                    self.deadline.pause()
         if self.step >= self.max_steps:
             self._stop_workers()
         if self.stop.requested:  # Ctrl-C after the last step: everything is saved already
             raise self.stop.interrupt(self.step, self.config.out_dir)
         return self.history
+
+    def _target(self, stop_at: int | None) -> int:
+        """Where this train() call stops: max_steps, or `stop_at` before it."""
+        return self.max_steps if stop_at is None else min(stop_at, self.max_steps)
 
     def _train_step(self) -> None:
         """One optimizer update over accumulation_steps micro-batches. Its numbers go into the step log and stay on
@@ -231,16 +249,39 @@ class Trainer:
             record.update(self.log.record(epoch=self.stream.epoch + self.stream.position / len(self.batch_sampler)))
             bar.set_postfix(self.log.postfix(record), refresh=False)
         if evaluate_now:
-            scores = {f"eval_{k}": v for k, v in self.evaluate().items()}
+            with self._set_aside("evaluation"):
+                scores = {f"eval_{k}": v for k, v in self.evaluate().items()}
             record.update(scores)
             if self.is_main and cfg.progress:
                 bar.write(f"step {self.step}: " + ", ".join(f"{k} {v:.4g}" for k, v in scores.items()))
         if record:
             self.history.records.append({"step": self.step, **record})
         if save_now:
-            self._save(wait=save_last)  # the last one of a train() call is written before it returns or raises
+            with self._set_aside("checkpoint"):
+                self._save(wait=save_last)  # the last one of a train() call is written before it returns or raises
         if stop:
             raise self.stop.interrupt(self.step, cfg.out_dir)
+        if log_now and not at_end and self.deadline is not None:
+            self._refit(bar)
+
+    def _set_aside(self, kind: str) -> contextlib.AbstractContextManager:
+        """Time an evaluation or a checkpoint for the deadline (it is not a training step)."""
+        return nullcontext() if self.deadline is None else self.deadline.set_aside(kind)
+
+    def _refit(self, bar: tqdm) -> None:
+        """Move the last step where the time budget now puts it, re-laying the decay from the rate of this step."""
+        cfg = self.config
+        refit = self.deadline.refit(self.step, self.max_steps, cfg.eval_every, cfg.checkpoint_every,
+                                    lambda values: distributed.maxima(values, self.world_size, self.device))
+        if refit is None:
+            return
+        warmup = self._relaid.warmup_steps if self._relaid is not None else cfg.warmup_for(self.max_steps)
+        self._relaid = Relaid.at(self.step, warmup, self._lr_multiplier(self.step), refit.now)
+        self.config = dataclasses.replace(cfg, max_steps=refit.now)
+        schedule_at(self.scheduler, self.step)  # the next update's rate, on the re-laid line
+        bar.total = refit.now
+        if self.is_main:
+            (bar.write if cfg.progress else print)(refit.line())
 
     def _read(self) -> None:
         """Read the queued steps' numbers; at a bad step, go back to the step before it and raise."""
@@ -301,6 +342,8 @@ class Trainer:
             "scaler": self.scaler.state_dict() if self.scaler else None, "rng": rng,
             "config": self.config.to_dict(), "history": [dict(r) for r in self.history.records],
             **self.log.state_dict(),
+            "deadline": None if self.deadline is None else {
+                **self.deadline.state(), "relaid": None if self._relaid is None else self._relaid.state()},
         }
 
     def save_checkpoint(self) -> Path:
@@ -343,7 +386,14 @@ class Trainer:
             print(resume.resumed_line(found[0], self.step, set_aside))  # a summary line, with or without progress bars
 
     def _restore(self, state: dict[str, Any], path: Path) -> None:
-        """Check that `state` fits this run (refusing other batching or optimizer settings), then load it."""
+        """Check that `state` fits this run (refusing other batching or optimizer settings), then load it. A
+        time-budgeted run goes on with the checkpoint's last step and clock, as its re-fits left them."""
+        budgeted = state.get("deadline") if self.deadline is not None else None
+        if budgeted is not None:
+            most = self.deadline.most if self.deadline.most is not None else state["max_steps"]
+            self.config = dataclasses.replace(self.config, max_steps=min(state["max_steps"], most))
+            self.deadline.load_state(budgeted)
+            self._relaid = None if budgeted["relaid"] is None else Relaid(*budgeted["relaid"])
         resume.refuse_other_settings(state, path, self.config.to_dict(), self.batch_sampler.settings(),
                                      self.world_size, self.max_steps)
         resume.load_weights(self.model, state["model"], path)

@@ -1,0 +1,152 @@
+"""A time budget that holds while the machine's speed changes: the run's last step is re-fit as it trains.
+
+    deadline = Deadline(240, least=1, most=None)    # seconds for the Trainer's steps, evaluations and checkpoints
+    Trainer(model, config, train_dataset, collate_fn, deadline=deadline).train()
+    deadline.line()    # "took 238.4 s of its 240 s budget (99%), 2 re-fits"
+
+`time_budget.fit_steps_to_budget` fixes a step count from a five-step probe before the run. A machine that gets
+busier later (another program starts, a laptop throttles) makes that run overrun; one that was busy during the
+probe makes it stop short. So at each logging step (the step log was just read: the device has caught up), the
+Deadline takes the seconds per step of the recent steps (those of the last `span` seconds, 10% of the budget;
+evaluations and checkpoints set aside) and counts the steps that fit in the budget left, with the latest
+evaluation's and checkpoint's cost paid for each one still to come. Where that moves the run's end by more than
+2% of the budget and 5% of the time left (so that the noise of a few steps moves nothing), the Trainer moves its
+last step there, re-lays its decay from where the learning rate stands (schedule.Relaid: no jump) and prints one
+line saying so.
+
+A run without a Deadline never re-fits: one given --steps stays exactly reproducible. Under torchrun every
+process takes the slowest process's times (`agree`), so that all re-fit to the same step.
+
+References: the time-based schedules of Izsak et al. (2021, "How to Train BERT with an Academic Budget") and
+Geiping & Goldstein (2023, "Cramming") decay the learning rate by elapsed time. Here the run keeps a step count,
+which its checkpoints, history and resume can name, and re-fits that count.
+Leaves out: a guess at speed changes still to come (the re-fit follows what was measured).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+
+def steps_that_fit(seconds: float, per_step: float, evaluation: float = 0.0, eval_every: int | None = None,
+                   checkpoint: float = 0.0, checkpoint_every: int | None = None) -> int:
+    """Whole steps of `per_step` seconds that fit in `seconds` (0 if none) with their evaluations and checkpoints:
+    one of each at the end, and one every eval_every / checkpoint_every steps, spread over the steps."""
+    spread = sum(cost / every for cost, every in ((evaluation, eval_every), (checkpoint, checkpoint_every))
+                 if cost and every)
+    left = seconds - evaluation - checkpoint
+    return math.floor(left / (per_step + spread) * (1 + 1e-12)) if left > 0 else 0
+
+
+@dataclass(frozen=True)
+class Refit:
+    """The run's last step moved at `step`, from `was` to `now`, for the speed measured and the time left."""
+
+    step: int
+    was: int
+    now: int
+    seconds_per_step: float
+    seconds_left: float
+
+    def line(self) -> str:
+        """One line saying what moved and why."""
+        return (f"time budget: step {self.step:,}: {self.seconds_per_step:.3g} s per step lately, "
+                f"{max(self.seconds_left, 0):.0f} s left -> the run now ends at step {self.now:,} instead of "
+                f"{self.was:,}; the learning rate decays to 0 there")
+
+
+class Deadline:
+    """The clock of a time-budgeted run, and the re-fits of its last step (see the module docstring)."""
+
+    def __init__(self, seconds: float, least: int = 1, most: int | None = None, *, evaluation: float = 0.0,
+                 checkpoint: float = 0.0, tolerance: float = 0.02, drift: float = 0.05,
+                 window: float | None = None, clock: Callable[[], float] = time.perf_counter):
+        if not (isinstance(seconds, int | float) and math.isfinite(seconds) and seconds > 0):
+            raise ValueError(f"a time budget must be a finite number of seconds > 0, got {seconds!r}")
+        if least < 1 or (most is not None and most < least):
+            raise ValueError(f"need 1 <= least <= most, got least={least}, most={most}")
+        self.seconds, self.least, self.most = float(seconds), least, most
+        self.tolerance, self.drift = tolerance, drift  # of the budget, of the time left: moves smaller are noise
+        self.window = max(0.5, 0.02 * self.seconds) if window is None else window  # the fewest seconds timed
+        self.span = max(self.window, 0.1 * self.seconds)  # the recent steps the speed is taken over
+        self.evaluation, self.checkpoint = evaluation, checkpoint  # latest costs (the probe's until measured)
+        self.clock = clock
+        self.spent = 0.0  # seconds of training before the stretch now running (a checkpoint keeps it)
+        self.refits = 0
+        self._since: float | None = None  # when the stretch now running began
+        self._marks: deque[tuple[float, int, float]] = deque()  # (time, step, set-aside seconds) of recent checks
+        self._aside = 0.0  # seconds of evaluations and checkpoints, in all
+
+    def start(self) -> None:
+        """The Trainer's loop starts (again): the clock runs; the first check after this only marks the time."""
+        self._since = self.clock()
+        self._marks.clear()
+
+    def pause(self) -> None:
+        """The loop stopped: the clock stops."""
+        self.spent, self._since = self.elapsed(), None
+
+    def elapsed(self) -> float:
+        """Seconds of training so far (the stretches of the loop, a resumed run's earlier ones included)."""
+        return self.spent + (self.clock() - self._since if self._since is not None else 0.0)
+
+    @contextlib.contextmanager
+    def set_aside(self, kind: str) -> Iterator[None]:
+        """Time an evaluation or a checkpoint (`kind`): not a training step; its latest cost is paid for each to
+        come."""
+        if kind not in ("evaluation", "checkpoint"):
+            raise ValueError(f"set_aside times an 'evaluation' or a 'checkpoint', not {kind!r}")
+        began = self.clock()
+        try:
+            yield
+        finally:
+            seconds = self.clock() - began
+            self._aside += seconds
+            setattr(self, kind, seconds)
+
+    def refit(self, step: int, last_step: int, eval_every: int | None, checkpoint_every: int | None,
+              agree: Callable[[list[float]], list[float]] = lambda values: values) -> Refit | None:
+        """At a logging step: the run's new last step if the speed since the last check moves it by more than the
+        tolerance, else None. `eval_every`/`checkpoint_every`: None where the run makes none but the last (a run
+        without evaluations or checkpoints has no cost measured or given for them: 0)."""
+        now = self.clock()
+        if not self._marks:  # the first check of a stretch: its steps paid for warm-up and compilation
+            self._marks.append((now, step, self._aside))
+            return None
+        while len(self._marks) > 1 and now - self._marks[1][0] >= self.span:
+            self._marks.popleft()  # the oldest check that still covers the span is where the speed is taken from
+        began, first, aside = self._marks[0]
+        self._marks.append((now, step, self._aside))
+        local = (now - began - (self._aside - aside)) / (step - first)  # each process's own marks: agree on this
+        elapsed, stretch, per_step, evaluation, checkpoint = agree(
+            [self.elapsed(), now - began, local, self.evaluation, self.checkpoint])
+        if stretch < self.window:
+            return None
+        per_step = max(per_step, 1e-9)
+        left = self.seconds - elapsed
+        more = steps_that_fit(left, per_step, evaluation, eval_every, checkpoint, checkpoint_every)
+        end = max(step + more, self.least, step + 1)  # the next step is the earliest end: it evaluates and saves
+        end = end if self.most is None else min(end, max(self.most, step + 1))
+        if abs(end - last_step) * per_step <= max(self.tolerance * self.seconds, self.drift * left):
+            return None
+        self.refits += 1
+        return Refit(step, last_step, end, per_step, left)
+
+    def line(self) -> str:
+        """How long the run took against its budget."""
+        took = self.elapsed()
+        refits = {0: "no re-fit", 1: "1 re-fit"}.get(self.refits, f"{self.refits} re-fits")
+        return f"took {took:.1f} s of its {self.seconds:.0f} s budget ({took / self.seconds:.0%}), {refits}"
+
+    def state(self) -> dict[str, float]:
+        """What a checkpoint keeps: the seconds spent so far and the re-fits."""
+        return {"spent": self.elapsed(), "refits": self.refits}
+
+    def load_state(self, state: dict[str, float]) -> None:
+        """A resumed run goes on from the checkpoint's seconds: the budget holds for the run as a whole."""
+        self.spent, self.refits = float(state["spent"]), int(state["refits"])

@@ -1,0 +1,177 @@
+"""bertlib.training.deadline: a time-budgeted run re-fits its last step to the speed it measures, without a jump in
+the learning rate, and a resume goes on with the checkpoint's count, clock and schedule. The clock is a fake one
+that the batches advance, so the tests say what happens to a machine that slows down without timing anything."""
+
+from __future__ import annotations
+
+import pytest
+from ddp_worker import classification_data, classifier, stack
+
+from bertlib.training.config import TrainingConfig
+from bertlib.training.deadline import Deadline, steps_that_fit
+from bertlib.training.schedule import Relaid, linear_warmup_decay
+from bertlib.training.trainer import Trainer
+
+
+class SlowingMachine:
+    """A fake clock that each training batch advances: `fast` seconds for the first `slows_after` batches, then
+    `slow` (another program started on the machine)."""
+
+    def __init__(self, fast: float, slow: float, slows_after: int):
+        self.now, self.batches = 0.0, 0
+        self.fast, self.slow, self.slows_after = fast, slow, slows_after
+
+    def __call__(self) -> float:
+        return self.now
+
+    def collate(self, items):
+        self.batches += 1
+        self.now += self.fast if self.batches <= self.slows_after else self.slow
+        return stack(items)
+
+
+def config(**changes) -> TrainingConfig:
+    return TrainingConfig(**{"max_steps": 100, "batch_size": 4, "lr": 1e-3, "warmup_ratio": 0.1, "device": "cpu",
+                             "precision": "fp32", "progress": False, "log_every": 5, **changes})
+
+
+def test_steps_that_fit_pay_for_the_evaluations_and_checkpoints_to_come():
+    assert steps_that_fit(10, 0.1) == 100
+    assert steps_that_fit(10, 0.1, evaluation=1.0) == 90  # one evaluation at the end
+    assert steps_that_fit(10, 0.1, evaluation=1.0, eval_every=10) == 45  # ...and one every 10 steps: 0.2 s a step
+    assert steps_that_fit(10, 0.1, checkpoint=0.5, checkpoint_every=5) == 47
+    assert steps_that_fit(1, 0.1, evaluation=2.0) == 0  # the time is gone
+
+
+@pytest.mark.parametrize("step, warmup, total, new_total", [(40, 10, 100, 60), (40, 10, 100, 160), (5, 10, 100, 50),
+                                                           (5, 10, 100, 8)])
+def test_the_relaid_schedule_goes_on_from_the_rate_it_had_and_ends_at_zero(step, warmup, total, new_total):
+    now = linear_warmup_decay(step, warmup, total)
+    relaid = Relaid.at(step, warmup, now, new_total)
+    assert relaid(step, new_total) == pytest.approx(now)  # no jump
+    assert relaid(new_total, new_total) == 0.0
+    later = [relaid(s, new_total) for s in range(step, new_total + 1)]
+    if step < warmup < new_total:  # the warmup finishes as planned, then the decay starts from the peak
+        assert later[warmup - step] == 1.0 and later[: warmup - step + 1] == sorted(later[: warmup - step + 1])
+        later = later[warmup - step:]
+    assert later == sorted(later, reverse=True)
+    assert Relaid(*relaid.state()) == relaid
+
+
+def test_the_first_check_of_a_stretch_only_marks_the_time_and_a_steady_speed_moves_nothing():
+    clock = SlowingMachine(0.1, 0.1, 0)
+    deadline = Deadline(10, clock=clock, window=0.5)
+    deadline.start()
+    clock.now = 0.5  # whatever the first steps took (warm-up, compilation), the first check only marks the time
+    assert deadline.refit(5, 100, None, None) is None
+    clock.now = 1.5
+    assert deadline.refit(15, 100, None, None) is None  # 0.1 s a step: 100 steps fill the 10 s
+
+
+def test_a_slower_machine_moves_the_end_to_what_fits_in_the_time_left():
+    clock = SlowingMachine(0.1, 0.1, 0)
+    deadline = Deadline(10, clock=clock, window=0.5)
+    deadline.start()
+    clock.now = 1.0
+    deadline.refit(10, 100, None, None)
+    clock.now = 1.2
+    assert deadline.refit(12, 100, None, None) is None  # 0.2 s: shorter than the window
+    clock.now = 3.0
+    refit = deadline.refit(20, 100, None, None)  # over the last 1 s and more (the span): 8 steps in 1.8 s
+    assert (refit.step, refit.was, refit.now) == (20, 100, 51)  # 7 s left: 31 more steps of 0.225 s
+    assert refit.seconds_per_step == pytest.approx(0.225) and "ends at step 51 instead of 100" in refit.line()
+    clock.now = 12.0
+    assert deadline.refit(30, 51, None, None).now == 31  # over the budget: the next step is the last
+    assert deadline.refits == 2 and "2 re-fits" in deadline.line()
+
+
+def test_a_refit_stays_within_the_least_and_the_most_steps_asked_for():
+    for least, most, end in ((80, None, 80), (1, 40, 40)):
+        clock = SlowingMachine(0.1, 0.1, 0)
+        deadline = Deadline(10, least, most, clock=clock, window=0.5)
+        deadline.start()
+        deadline.refit(10, 60, None, None)
+        clock.now = 1.0 if most else 4.0  # 0.1 s a step (80 would fit) or 0.4 s a step (22 would fit)
+        refit = deadline.refit(20, 60, None, None)
+        assert refit.now == end
+
+
+def test_evaluations_and_checkpoints_are_set_aside_from_the_speed_and_paid_for_ahead():
+    clock = SlowingMachine(0.1, 0.1, 0)
+    deadline = Deadline(100, clock=clock, window=0.5)
+    deadline.start()
+    deadline.refit(10, 1000, 10, None)
+    with deadline.set_aside("evaluation"):
+        clock.now += 5.0
+    clock.now += 1.0  # ten steps of 0.1 s
+    refit = deadline.refit(20, 1000, 10, None)
+    assert refit.seconds_per_step == pytest.approx(0.1) and deadline.evaluation == 5.0
+    assert refit.now == 20 + steps_that_fit(100 - 6.0, 0.1, 5.0, 10)  # 0.6 s per step with the evaluations
+    with pytest.raises(ValueError, match="'evaluation' or a 'checkpoint'"), deadline.set_aside("lunch"):
+        pass
+
+
+def test_a_bad_budget_is_refused():
+    for seconds in (0, -1, float("nan"), float("inf"), "60"):
+        with pytest.raises(ValueError, match="finite number of seconds"):
+            Deadline(seconds)
+    with pytest.raises(ValueError, match="least <= most"):
+        Deadline(10, 5, 2)
+    with pytest.raises(ValueError, match="give max_steps, not epochs"):
+        Trainer(classifier(), config(max_steps=None, epochs=1), classification_data(8), stack,
+                deadline=Deadline(10))
+
+
+def trained(machine: SlowingMachine, deadline: Deadline | None, **changes) -> Trainer:
+    """The tiny classifier trained on the machine's batches, planned for 100 steps in 10 s."""
+    trainer = Trainer(classifier(), config(**changes), classification_data(64), machine.collate, deadline=deadline)
+    trainer.train()
+    trainer.close()
+    return trainer
+
+
+def test_a_run_on_a_machine_that_slows_down_ends_near_its_budget_without_a_jump_in_the_rate(capsys):
+    late = SlowingMachine(0.1, 0.3, slows_after=30)  # planned at 0.1 s a step; three times slower from step 30
+    fixed = trained(late, None, log_every=1)
+    assert fixed.step == 100 and late.now > 20  # without a deadline: the step count fixed, twice the budget and more
+
+    late = SlowingMachine(0.1, 0.3, slows_after=30)
+    deadline = Deadline(10, clock=late, window=0.5)
+    trainer = trained(late, deadline, log_every=1)
+    assert 9.0 <= late.now <= 11.0 and trainer.step == trainer.max_steps < fixed.step
+    assert "ends at step" in capsys.readouterr().out
+    lr = trainer.history.frame()["lr"].tolist()
+    peak = lr.index(max(lr))
+    steps_left = [trainer.max_steps - step for step in range(len(lr))]
+    for step in range(peak, len(lr) - 1):  # down a straight line to 0 at the last step, never a jump
+        assert 0 <= lr[step] - lr[step + 1] <= lr[step] / steps_left[step] * (1 + 1e-6)
+
+
+def test_a_machine_faster_than_the_probe_said_trains_longer():
+    quick = SlowingMachine(0.05, 0.05, 0)
+    trainer = trained(quick, Deadline(10, clock=quick, window=0.5))
+    assert 9.0 <= quick.now <= 10.5 and trainer.step > 150
+
+
+def test_a_resumed_run_goes_on_with_the_checkpoint_s_last_step_clock_and_schedule(tmp_path):
+    late = SlowingMachine(0.1, 0.3, slows_after=20)
+    first = Trainer(classifier(), config(out_dir=tmp_path, log_every=1), classification_data(64), late.collate,
+                    deadline=Deadline(10, clock=late, window=0.5))
+    first.train(stop_at=40)  # saves checkpoint-40 and stops (a Ctrl-C would too)
+    first.close()
+    assert first.max_steps < 100 and first._relaid is not None
+    spent = first.deadline.state()["spent"]
+
+    again = Trainer(classifier(), config(out_dir=tmp_path, log_every=1), classification_data(64), late.collate,
+                    deadline=Deadline(10, clock=late, window=0.5))
+    again.train(stop_at=0)  # resume only
+    assert (again.step, again.max_steps, again._relaid) == (40, first.max_steps, first._relaid)
+    assert again.deadline.spent == pytest.approx(spent)
+    assert again.optimizer.param_groups[0]["lr"] == pytest.approx(first.optimizer.param_groups[0]["lr"])
+    again.close()
+
+
+def test_a_run_given_its_warmup_in_steps_is_never_refit_to_end_inside_it():
+    late = SlowingMachine(0.1, 1.0, slows_after=10)  # ten times slower from step 10: about 18 steps would fit
+    trainer = trained(late, Deadline(10, clock=late, window=0.5), warmup_steps=40, warmup_ratio=0.0)
+    assert trainer.step == trainer.max_steps == 40

@@ -80,9 +80,24 @@ def test_a_slower_machine_moves_the_end_to_what_fits_in_the_time_left():
     refit = deadline.refit(20, 100, None, None)  # over the last 1 s and more (the span): 8 steps in 1.8 s
     assert (refit.step, refit.was, refit.now) == (20, 100, 51)  # 7 s left: 31 more steps of 0.225 s
     assert refit.seconds_per_step == pytest.approx(0.225) and "ends at step 51 instead of 100" in refit.line()
+    assert refit.worth_saying  # the end moved by half
     clock.now = 12.0
     assert deadline.refit(30, 51, None, None).now == 31  # over the budget: the next step is the last
-    assert deadline.refits == 2 and "2 re-fits" in deadline.line()
+    assert deadline.refits == 2 and "its end moved 2 times, from step 100 to 31" in deadline.line(31)
+
+
+def test_a_refit_is_announced_once_the_end_moved_a_tenth_from_the_end_last_announced():
+    clock = SlowingMachine(0.1, 0.1, 0)
+    deadline = Deadline(100, clock=clock, window=0.5, tolerance=0.0, drift=0.0)
+    deadline.start()
+    deadline.refit(10, 1000, None, None)
+    ends = []
+    for step, seconds_per_step in zip(range(20, 70, 10), (0.105, 0.11, 0.115, 0.12, 0.125), strict=True):
+        clock.now += 10 * seconds_per_step  # the machine slows a little at a time
+        refit = deadline.refit(step, ends[-1][0] if ends else 1000, None, None)
+        ends.append((refit.now, refit.worth_saying))
+    said = [end for end, worth_saying in ends if worth_saying]
+    assert len(said) < len(ends) and all(abs(b - a) >= 0.1 * a for a, b in zip([1000, *said], said, strict=False))
 
 
 def test_a_refit_stays_within_the_least_and_the_most_steps_asked_for():

@@ -205,7 +205,7 @@ def test_a_run_slower_than_its_probe_said_is_refit_to_its_budget_and_records_the
     said = capsys.readouterr().out
     assert "-> 6,000 steps" in said and "time budget: step " in said and "the run now ends at step" in said
     assert re.search(r"--minutes 0.05: steps 1-\d+ with their evaluations and checkpoints took [\d.]+ s of its 3 s "
-                     r"budget \(\d+%\), \d+ re-fits?", said)
+                     r"budget \(\d+%\); its end moved (once|\d+ times), from step 6,000 to \d+", said)
     steps = json.loads((out / "run.json").read_text())["args"]["steps"]
     assert steps < 6000 and list_checkpoints(out)[-1].name == f"checkpoint-{steps}.pt"
     assert len(pd.read_csv(out / "history.csv")) == steps
@@ -258,11 +258,12 @@ def test_a_vocabulary_without_mask_is_one_line_naming_the_file(corpus, tmp_path)
 
 
 def test_the_speed_line_gives_the_median_and_the_mfu_of_the_peak_given(corpus, vocab, tmp_path, capsys):
-    assert run(corpus, vocab, tmp_path / "run", "--peak-tflops", "0.5") == 0
+    # a peak this low puts the tiny model's MFU in the tens of percent, where the printed digits are enough to check
+    assert run(corpus, vocab, tmp_path / "run", "--peak-tflops", "0.001") == 0
     speed = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("speed: "))
-    median, tflops, used = re.search(r"median ([\d,]+) tokens/s.*; ([\d.e+-]+) TFLOP/s, MFU ([\d.]+)% of 0.5 ",
+    median, tflops, used = re.search(r"median ([\d,]+) tokens/s.*; ([\d.e+-]+) TFLOP/s, MFU ([\d.]+)% of 0.001 ",
                                      speed).groups()
-    assert float(used) == pytest.approx(float(tflops) / 0.5 * 100, rel=0.05)  # MFU is the TFLOP/s over the peak
+    assert float(used) == pytest.approx(float(tflops) / 0.001 * 100, rel=0.05)  # MFU is the TFLOP/s over the peak
     rates = pd.read_csv(tmp_path / "run" / "history.csv")["tokens_per_s"].tolist()
     assert float(median.replace(",", "")) == pytest.approx(statistics.median(rates), abs=1)
     with pytest.raises(SystemExit, match="--peak-tflops must be a finite number > 0"):

@@ -63,6 +63,7 @@ class FineTuneConfig:
     seed: int = 0
     device: str | None = None  # None: bertlib.training.devices.pick_device (cuda:LOCAL_RANK, MPS, CPU)
     out_dir: str | None = None  # Trainer checkpoints (resumable); None keeps nothing
+    checkpoint_every: int | None = None  # steps between checkpoints in out_dir (the last step is always saved)
     progress: bool = True
 
 
@@ -153,8 +154,8 @@ def fine_tune(
         max_steps=config.max_steps, epochs=None if config.max_steps is not None else config.epochs,
         batch_size=config.batch_size, lr=config.lr, weight_decay=config.weight_decay,
         warmup_ratio=config.warmup_ratio, precision=config.precision, eval_every=config.eval_every,
-        log_every=config.log_every, out_dir=config.out_dir, seed=config.seed, device=config.device,
-        progress=config.progress,
+        log_every=config.log_every, out_dir=config.out_dir, checkpoint_every=config.checkpoint_every,
+        seed=config.seed, device=config.device, progress=config.progress,
     )
     trainer = Trainer(classifier.model, training, train, collate_fn=collate, eval_dataset=validation,
                       batch_sampler=make_batch_sampler(train.lengths, config), eval_batch_sampler=eval_sampler)

@@ -219,7 +219,7 @@ def pretrain_on_gpu(settings: GpuCellSettings, device: torch.device) -> GpuPretr
     print(f"BERT-{settings.preset}, batch {settings.batch_size} x {settings.seq_len}, {settings.minutes:g} minutes")
     trainer.train()
     frame = trainer.history.frame()
-    print(f"{trainer.step} steps: {deadline.line()}; "
+    print(f"{trainer.step} steps: {deadline.line(trainer.max_steps)}; "
           f"{frame['tokens_per_s'].iloc[len(frame) // 2:].median():,.0f} tokens/s")
     folder = hf.save_pretrained(model, settings.save_to, vocab_file=text.vocab)  # before the scoring, not after
     print(f"saved to {shown_path(folder)}")

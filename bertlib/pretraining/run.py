@@ -451,7 +451,7 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
         trainer.close()
     if is_main and deadline is not None and trainer.step > trained_from:
         print(f"--minutes {args.minutes:g}: steps {trained_from + 1}-{trainer.step} with their evaluations and "
-              f"checkpoints {deadline.line()}" + (" (a resumed run: its time before the stop included)"
+              f"checkpoints {deadline.line(trainer.max_steps)}" + (" (a resumed run: its time before the stop included)"
                                                   if trained_from else ""))
     if is_main and trainer.max_steps != args.steps:  # re-fit to the budget: the record names the steps that ran
         args.steps = settings["steps"] = trainer.max_steps

@@ -2,7 +2,7 @@
 
     deadline = Deadline(240, least=1, most=None)    # seconds for the Trainer's steps, evaluations and checkpoints
     Trainer(model, config, train_dataset, collate_fn, deadline=deadline).train()
-    deadline.line()    # "took 238.4 s of its 240 s budget (99%), 2 re-fits"
+    deadline.line(last_step)   # "took 238.4 s of its 240 s budget (99%); its end moved 2 times, ..."
 
 `time_budget.fit_steps_to_budget` fixes a step count from a five-step probe before the run. A machine that gets
 busier later (another program starts, a laptop throttles) makes that run overrun; one that was busy during the
@@ -11,8 +11,9 @@ Deadline takes the seconds per step of the recent steps (those of the last `span
 evaluations and checkpoints set aside) and counts the steps that fit in the budget left, with the latest
 evaluation's and checkpoint's cost paid for each one still to come. Where that moves the run's end by more than
 2% of the budget and 5% of the time left (so that the noise of a few steps moves nothing), the Trainer moves its
-last step there, re-lays its decay from where the learning rate stands (schedule.Relaid: no jump) and prints one
-line saying so.
+last step there and re-lays its decay from where the learning rate stands (schedule.Relaid: no jump). A re-fit
+that moves the end by 10% or more from the end last announced prints one line; the line at the end of the run
+counts every re-fit and says where the end went from the probe's.
 
 A run without a Deadline never re-fits: one given --steps stays exactly reproducible. Under torchrun every
 process takes the slowest process's times (`agree`), so that all re-fit to the same step.
@@ -52,6 +53,7 @@ class Refit:
     now: int
     seconds_per_step: float
     seconds_left: float
+    worth_saying: bool  # the end moved 10% or more from the one last announced
 
     def line(self) -> str:
         """One line saying what moved and why."""
@@ -78,6 +80,8 @@ class Deadline:
         self.clock = clock
         self.spent = 0.0  # seconds of training before the stretch now running (a checkpoint keeps it)
         self.refits = 0
+        self.planned: int | None = None  # the last step before the first re-fit (the probe's)
+        self._said: int | None = None  # the last step last announced
         self._since: float | None = None  # when the stretch now running began
         self._marks: deque[tuple[float, int, float]] = deque()  # (time, step, set-aside seconds) of recent checks
         self._aside = 0.0  # seconds of evaluations and checkpoints, in all
@@ -135,18 +139,25 @@ class Deadline:
         if abs(end - last_step) * per_step <= max(self.tolerance * self.seconds, self.drift * left):
             return None
         self.refits += 1
-        return Refit(step, last_step, end, per_step, left)
+        self.planned = last_step if self.planned is None else self.planned
+        said = self._said if self._said is not None else last_step
+        worth_saying = abs(end - said) >= 0.1 * said
+        self._said = end if worth_saying else said
+        return Refit(step, last_step, end, per_step, left, worth_saying)
 
-    def line(self) -> str:
-        """How long the run took against its budget."""
+    def line(self, last_step: int) -> str:
+        """How long the run took against its budget, and how its end (now `last_step`) moved."""
         took = self.elapsed()
-        refits = {0: "no re-fit", 1: "1 re-fit"}.get(self.refits, f"{self.refits} re-fits")
-        return f"took {took:.1f} s of its {self.seconds:.0f} s budget ({took / self.seconds:.0%}), {refits}"
+        moved = ("its end never moved" if not self.refits else
+                 f"its end moved {'once' if self.refits == 1 else f'{self.refits} times'}, from step "
+                 f"{self.planned:,} to {last_step:,}")
+        return f"took {took:.1f} s of its {self.seconds:.0f} s budget ({took / self.seconds:.0%}); {moved}"
 
-    def state(self) -> dict[str, float]:
+    def state(self) -> dict[str, float | int | None]:
         """What a checkpoint keeps: the seconds spent so far and the re-fits."""
-        return {"spent": self.elapsed(), "refits": self.refits}
+        return {"spent": self.elapsed(), "refits": self.refits, "planned": self.planned, "said": self._said}
 
-    def load_state(self, state: dict[str, float]) -> None:
+    def load_state(self, state: dict[str, float | int | None]) -> None:
         """A resumed run goes on from the checkpoint's seconds: the budget holds for the run as a whole."""
         self.spent, self.refits = float(state["spent"]), int(state["refits"])
+        self.planned, self._said = state["planned"], state["said"]

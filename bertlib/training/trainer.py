@@ -280,7 +280,7 @@ class Trainer:
         self.config = dataclasses.replace(cfg, max_steps=refit.now)
         schedule_at(self.scheduler, self.step)  # the next update's rate, on the re-laid line
         bar.total = refit.now
-        if self.is_main:
+        if self.is_main and refit.worth_saying:
             (bar.write if cfg.progress else print)(refit.line())
 
     def _read(self) -> None:

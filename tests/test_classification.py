@@ -79,15 +79,6 @@ def tiny_checkpoint(tmp_path_factory):
     return tiny_checkpoint_folder(tmp_path_factory.mktemp("tiny-bert"), WORDS)
 
 
-@pytest.fixture
-def one_thread():
-    """Train tiny models on one thread: on a small shared CPU, threads only wait for each other."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def sample_frame() -> pd.DataFrame:
     """The course's shipped sample comments."""

@@ -17,6 +17,8 @@ import torch
 from bertlib.finetuning.run import main as finetune_main
 from conftest import tiny_checkpoint_folder
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models train fastest on one thread of a shared CPU
+
 WORDS = ["good", "nice", "thanks", "article", "source", "page", "edit", "idiot", "stupid", "moron", "you", "are"]
 
 
@@ -24,15 +26,6 @@ WORDS = ["good", "nice", "thanks", "article", "source", "page", "edit", "idiot",
 def tiny_checkpoint(tmp_path_factory):
     """A tiny random BERT folder with its own small vocabulary."""
     return tiny_checkpoint_folder(tmp_path_factory.mktemp("tiny-bert"), WORDS)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models train fastest on one thread of a shared CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def comments(n: int = 60, seed: int = 0) -> pd.DataFrame:

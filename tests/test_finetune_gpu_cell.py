@@ -7,7 +7,6 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 from bertlib.finetuning.gpu_cell import STEPS_FILE, GpuFineTuneSettings, finetune_on_gpu
 from bertlib.training import precision_line
@@ -31,15 +30,6 @@ def settings(tmp_path, **changes) -> GpuFineTuneSettings:
     return GpuFineTuneSettings(**{"out_dir": tmp_path / "gpu-finetuning", "minutes": 10.0, "max_len": 16,
                                   "batch_size": 8, "probe_steps": 2, "min_steps": 2, "max_epochs": 0.5,
                                   "checkpoint_every": 2, "lr": 1e-3, "progress": False, **changes})
-
-
-@pytest.fixture
-def one_thread():
-    """Train tiny models on one thread: on a small shared CPU, threads only wait for each other."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.slow

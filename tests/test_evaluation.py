@@ -18,7 +18,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import average_precision_score, f1_score, precision_score, recall_score, roc_auc_score
-from test_classification import one_label_per_row, one_thread, synthetic_comments, tiny_checkpoint  # noqa: F401
+from test_classification import one_label_per_row, synthetic_comments, tiny_checkpoint  # noqa: F401
 
 from bertlib.data.files import DataError
 from bertlib.finetuning import run as finetune

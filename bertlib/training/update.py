@@ -33,10 +33,19 @@ def adamw(groups: list[dict[str, Any]], config: TrainingConfig) -> torch.optim.A
     """AdamW with torch's fused kernel where the parameters' device has one (CUDA; CPU from torch 2.4), the plain
     one elsewhere."""
     settings = dict(lr=config.lr, betas=config.betas, eps=config.eps)
+    devices = {param.device.type for group in groups for param in group["params"]}
+    if "cpu" in devices and _torch_version() < (2, 4):  # torch 2.3 builds a fused CPU AdamW that fails at its step
+        return torch.optim.AdamW(groups, **settings)
     try:
         return torch.optim.AdamW(groups, **settings, fused=True)
-    except RuntimeError:  # "fused=True requires ... supported devices" (MPS before torch 2.5, CPU before 2.4)
+    except RuntimeError:  # "fused=True requires ... supported devices" (MPS before torch 2.5)
         return torch.optim.AdamW(groups, **settings)
+
+
+def _torch_version() -> tuple[int, int]:
+    """torch's (major, minor) version."""
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    return int(major), int(minor)
 
 
 class Update:

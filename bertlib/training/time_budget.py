@@ -101,10 +101,14 @@ def steps_in_budget(seconds: float, seconds_per_step: float, minimum: int = 1, m
     seconds = check_seconds(seconds)
     if not (math.isfinite(seconds_per_step) and seconds_per_step > 0):
         raise ValueError(f"seconds_per_step must be a finite number > 0, got {seconds_per_step}")
+    return _within(steps_that_fit(seconds, seconds_per_step), minimum, maximum)
+
+
+def _within(steps: int, minimum: int, maximum: int | None) -> int:
+    """`steps`, at least `minimum` and at most `maximum`; a ValueError unless 1 <= minimum <= maximum."""
     if minimum < 1 or (maximum is not None and maximum < minimum):
         raise ValueError(f"need 1 <= minimum <= maximum, got minimum={minimum}, maximum={maximum}")
-    steps = max(minimum, math.floor(seconds / seconds_per_step * (1 + 1e-12)))
-    return steps if maximum is None else min(steps, maximum)
+    return max(minimum, steps) if maximum is None else min(max(minimum, steps), maximum)
 
 
 def _join_process_group() -> None:
@@ -207,10 +211,8 @@ def fit_steps_to_budget(model: nn.Module, config: TrainingConfig, train_dataset:
     per_step, evaluation, saving = _probe(model, config, train_dataset, collate_fn, probe_steps, metrics_fn,
                                           eval_dataset, batch_sampler, clock)
     per_step = max(per_step, 1e-9)  # a clock too coarse to see the probe: as fast as it gets
-    if minimum < 1 or (maximum is not None and maximum < minimum):
-        raise ValueError(f"need 1 <= minimum <= maximum, got minimum={minimum}, maximum={maximum}")
-    fit = steps_that_fit(seconds, per_step, evaluation, config.eval_every, saving, config.checkpoint_every)
-    steps = max(minimum, fit) if maximum is None else min(max(minimum, fit), maximum)
+    steps = _within(steps_that_fit(seconds, per_step, evaluation, config.eval_every, saving, config.checkpoint_every),
+                    minimum, maximum)
     evaluations = (steps // config.eval_every if config.eval_every else 0) + 1 if eval_dataset is not None else 0
     checkpoints = ((steps // config.checkpoint_every if config.checkpoint_every else 0) + 1
                    if config.out_dir is not None else 0)

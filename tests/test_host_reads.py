@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from ddp_worker import device_reads, pretrainer
+from ddp_worker import device_reads, needs_fused_cpu_adamw, pretrainer
 
 from bertlib.finetuning import recipe
 from bertlib.finetuning.classifier import ToxicityClassifier
@@ -30,6 +30,7 @@ def expected_steps(steps: int, *everies: int) -> set[int]:
     return {steps} | {step for every in everies for step in range(every, steps + 1, every)}
 
 
+@needs_fused_cpu_adamw
 def test_pretraining_reads_the_device_only_to_log_evaluate_and_save(tmp_path):
     tokenizer = WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS])
     generator = np.random.default_rng(0)
@@ -50,6 +51,7 @@ def test_pretraining_reads_the_device_only_to_log_evaluate_and_save(tmp_path):
     assert len(logged) == 3 and all(math.isfinite(loss) for loss in logged)  # steps 4, 8, 12
 
 
+@needs_fused_cpu_adamw
 def test_fine_tuning_reads_the_device_only_to_log_and_evaluate(tmp_path, monkeypatch):
     folder = tiny_checkpoint_folder(tmp_path, WORDS)
     trainers: list[Trainer] = []

@@ -18,6 +18,7 @@ from ddp_worker import (
     device_reads,
     fixed_mask_data,
     masking_collate,
+    needs_fused_cpu_adamw,
     pretrainer,
     pretraining_data,
     stack,
@@ -105,6 +106,7 @@ def test_a_non_finite_loss_stops_at_once_and_keeps_the_last_good_checkpoint(tmp_
     assert all(torch.isfinite(v).all() for v in state["model"].values() if v.is_floating_point())
 
 
+@needs_fused_cpu_adamw
 @pytest.mark.usefixtures("fp16_scaler")
 def test_skipped_fp16_steps_count_as_steps_and_are_read_only_when_logging():
     """GradScaler's skipped updates cost no read per step: the step and the schedule go on, AdamW's count does not."""
@@ -431,6 +433,7 @@ def test_under_gradscaler_no_update_follows_a_non_finite_loss_until_the_host_rea
     assert trainer.scaler.get_scale() == 2.0**16  # GradScaler's first scale: steps 1 and 2 did not overflow
 
 
+@needs_fused_cpu_adamw
 def test_the_host_reads_the_device_on_logging_steps_only():
     trainer = Trainer(classifier(), quiet(max_steps=8, batch_size=4, log_every=4), classification_data(16), stack)
     with device_reads(trainer) as reads:
@@ -439,6 +442,7 @@ def test_the_host_reads_the_device_on_logging_steps_only():
     assert [r["step"] for r in history.records] == [4, 8] and all(math.isfinite(r["loss"]) for r in history.records)
 
 
+@needs_fused_cpu_adamw
 @pytest.mark.parametrize("saved_fused", [True, False])
 def test_adamw_state_moves_between_the_fused_and_the_plain_kernel(saved_fused):
     """A checkpoint of a fused (GPU) run resumes with the plain kernel, and the other way round: the next update is

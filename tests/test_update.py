@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 
-import pytest
 import torch
+from ddp_worker import needs_fused_cpu_adamw
 
 from bertlib.training.config import TrainingConfig
 from bertlib.training.optimizer import param_groups
-from bertlib.training.update import Update, _torch_version, adamw
+from bertlib.training.update import Update, adamw
 
 INPUTS = torch.randn(8, 4, generator=torch.Generator().manual_seed(0))
 
@@ -32,7 +32,7 @@ def weights_and_moments(model: torch.nn.Linear, update: Update) -> list[torch.Te
     return [t.clone() for t in model.parameters()] + [s[k].clone() for s in state.values() for k in sorted(s)]
 
 
-@pytest.mark.skipif(_torch_version() < (2, 4), reason="CPU has fused AdamW from torch 2.4")
+@needs_fused_cpu_adamw
 def test_the_fused_kernel_skips_every_update_on_the_device_while_a_step_is_bad():
     model, update = model_and_update()
     assert update.fused and not update.reads_each_step  # CPU has fused AdamW from torch 2.4

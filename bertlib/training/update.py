@@ -34,12 +34,18 @@ def adamw(groups: list[dict[str, Any]], config: TrainingConfig) -> torch.optim.A
     one elsewhere."""
     settings = dict(lr=config.lr, betas=config.betas, eps=config.eps)
     devices = {param.device.type for group in groups for param in group["params"]}
-    if "cpu" in devices and _torch_version() < (2, 4):  # torch 2.3 builds a fused CPU AdamW that fails at its step
+    if "cpu" in devices and not fused_adamw_on_cpu():  # torch 2.3 builds a fused CPU AdamW that fails at its step
         return torch.optim.AdamW(groups, **settings)
     try:
         return torch.optim.AdamW(groups, **settings, fused=True)
     except RuntimeError:  # "fused=True requires ... supported devices" (MPS before torch 2.5)
         return torch.optim.AdamW(groups, **settings)
+
+
+def fused_adamw_on_cpu() -> bool:
+    """Whether this torch's fused AdamW runs on a CPU (from torch 2.4): without it, and without a scaler, the loop
+    reads the device each step."""
+    return _torch_version() >= (2, 4)
 
 
 def _torch_version() -> tuple[int, int]:

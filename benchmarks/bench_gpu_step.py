@@ -35,12 +35,14 @@ from bertlib.model.hf import load_hf_state_dict
 from bertlib.pretraining.mlm import prediction_positions
 from bertlib.training.precision import autocast, resolve_precision, use_tf32
 from bertlib.training.throughput import bert_flops_per_token, mfu, peak_tflops
+from bertlib.training.update import fused_adamw_on_cpu
 
 
 def raw_step(model: torch.nn.Module, batch: dict[str, torch.Tensor], style: str, precision: str,
              device: torch.device) -> Callable[[], None]:
     """One training step of `model` with no host read: forward under autocast, backward, fused AdamW."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
+    fused = device.type == "cuda" or fused_adamw_on_cpu()  # a CPU's fused kernel came in torch 2.4
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=fused)
     scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
     inputs = {k: batch[k] for k in ("input_ids", "token_type_ids")}  # packed: no padding, so no attention mask
     if style == "transformers":
@@ -86,7 +88,7 @@ def through_the_command(args: argparse.Namespace) -> tuple[float | None, str]:
                    "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len),
                    "--vocab-size", str(args.vocab_size), "--dropout", str(args.dropout),
                    "--minutes", str(args.cli_minutes), "--no-progress", "--device", args.device]
-        command += ["--compile"] if args.compile else []
+        command += ["--compile" if args.compile else "--no-compile"]  # as the raw steps it is compared with
         done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
@@ -156,7 +158,7 @@ def main() -> int:
     if args.cli_minutes > 0:
         median, took = through_the_command(args)
         if median is not None:
-            speed[f"python -m bertlib.pretrain{' --compile' if args.compile else ''}"] = median
+            speed[f"python -m bertlib.pretrain {'--compile' if args.compile else '--no-compile'}"] = median
     for arm, value in speed.items():
         used = mfu(value, flops["transformers" if arm.startswith("transformers") else "bertlib"], peak)
         print(f"  {arm:<40} {value:>12,.0f} tokens/s" + (f"  MFU {used:.1%}" if used is not None else ""))

@@ -52,7 +52,9 @@ def test_the_gpu_recipe_of_the_pretraining_command_follows_the_gpu_and_says_why(
     args = _parser().parse_args(["--corpus", "sample", "--out", "run"])
     line = run.apply_recipe(args)
     assert (args.recipe, args.config, args.batch_size) == ("gpu", preset, 128)
-    assert line.startswith("recipe gpu: ") and line.endswith(f"; for {plan_for(properties).line()}")
+    recipe, compiling = line.splitlines()
+    assert recipe.startswith("recipe gpu: ") and recipe.endswith(f"; for {plan_for(properties).line()}")
+    assert args.compiled and compiling.startswith(f"torch.compile: on ({properties.name}")  # the fast path
     given = _parser().parse_args(["--corpus", "sample", "--out", "run", "--config", "tiny", "--batch-size", "8"])
     run.apply_recipe(given)  # what the command line gives wins over the GPU's plan
     assert (given.config, given.batch_size) == ("tiny", 8)

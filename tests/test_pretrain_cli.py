@@ -8,6 +8,7 @@ import statistics
 
 import pandas as pd
 import pytest
+from test_compiling import compile_with, counting
 
 from bertlib.pretraining import cli as pretrain
 from bertlib.pretraining import run as pretraining_run
@@ -164,7 +165,7 @@ def probe_says(monkeypatch, seconds_per_step: float) -> list[int]:
 
     def fake(model, config, train, collate, probe_steps, *rest):
         probes.append(probe_steps)
-        return seconds_per_step, 0.0, 0.0  # per step; evaluations and checkpoints free
+        return time_budget._Probed(seconds_per_step, 0.0, 0.0, 0.0, None)  # evaluations, checkpoints, compiling free
 
     monkeypatch.setattr(time_budget, "_probe", fake)
     return probes
@@ -295,6 +296,28 @@ def test_sentence_pairs_come_in_length_grouped_batches_and_a_resume_keeps_their_
 def test_compile_and_runs_recorded_before_the_flag_keep_random_batches():
     groups = pretraining_run.groups_by_length
     assert groups({"objective": "mlm+nsp", "no_group": False, "compile": False})
-    assert not groups({"objective": "mlm+nsp", "no_group": False, "compile": True})  # one shape for the graph
+    assert not groups({"objective": "mlm+nsp", "no_group": False, "compile": True})  # before bucket widths
+    assert groups({"objective": "mlm+nsp", "no_group": False, "compile": True, "compiled": True})  # now
     assert not groups({"objective": "mlm+nsp", "compile": False})  # a run.json from before --no-group
     assert not groups({"objective": "mlm", "no_group": False, "compile": False})  # packed windows
+
+
+def test_a_compiled_pretraining_run_keeps_length_grouping_and_compiles_a_graph_per_width(corpus, vocab, tmp_path,
+                                                                                         monkeypatch, capsys):
+    graphs = []
+    compile_with(monkeypatch, counting(graphs))
+    assert run(corpus, vocab, tmp_path / "run", "--objective", "mlm+nsp", "--compile", "--eval-fraction", "0.3",
+               steps="12") == 0
+    out = capsys.readouterr().out
+    assert "torch.compile: on (as asked)" in out
+    assert "batches: grouped by length" in out and "padded to widths 8, 16, 24, 32" in out
+    widths = {shape[1] for inputs in graphs for shape in inputs[:1]}  # input_ids comes first: (batch, width)
+    assert widths <= {8, 16, 24, 32} and 1 <= len(graphs) <= 4 * 2 * 2  # per width, mask or none, train or eval
+    assert "going on eager" not in out
+
+
+def test_the_compile_choice_is_not_a_setting_a_resume_must_keep(corpus, vocab, tmp_path, monkeypatch, capsys):
+    compile_with(monkeypatch, counting([]))
+    assert run(corpus, vocab, tmp_path / "run", "--objective", "mlm+nsp", "--compile", steps="2") == 0
+    assert run(corpus, vocab, tmp_path / "run", "--objective", "mlm+nsp", "--no-compile", steps="4") == 0
+    assert "resumed" in capsys.readouterr().out

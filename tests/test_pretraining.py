@@ -406,7 +406,7 @@ def test_the_pretraining_forward_has_one_graph_for_every_mask(tokenizer, instanc
     torch.manual_seed(0)
     config = BertConfig.preset("tiny", vocab_size=tokenizer.vocab_size, max_position_embeddings=64)
     model = BertForPreTraining(config)
-    collator = MaskingCollator(tokenizer, fixed_positions=True, pad_to_multiple_of=64)
+    collator = MaskingCollator(tokenizer, fixed_positions=True, pad_widths=[64])
     by_length = sorted(instances, key=lambda instance: len(instance.tokens_a) + len(instance.tokens_b))
     first, second = collator(by_length[:8]), collator(by_length[-8:])  # short pairs mask fewer, the same shapes
     assert int((first["mlm_labels"] != -100).sum()) != int((second["mlm_labels"] != -100).sum())

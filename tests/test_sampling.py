@@ -10,6 +10,8 @@ from bertlib.training.sampling import (
     BatchSampler,
     LengthGroupedBatchSampler,
     RandomBatchSampler,
+    bucket_widths,
+    padded_width,
     padding_report,
     padding_share,
     sequential_batches,
@@ -121,3 +123,11 @@ def test_padding_report_sets_the_batches_beside_random_ones_and_counts_those_wit
     assert report == "0.0% of their tokens padding (random batches: 18.8%); 100% of them have none (no attention mask)"
     report = padding_report([8, 8, 6, 8], [[0, 1], [2, 3]], batch_size=4)  # 2 pad tokens in 32; half the batches
     assert report == "6.2% of their tokens padding (random batches: 6.2%); 50% of them have none (no attention mask)"
+
+
+def test_bucket_widths_pad_a_batch_to_the_smallest_width_that_holds_it():
+    assert bucket_widths(128) == (32, 64, 96, 128) and bucket_widths(10) == (3, 5, 8, 10)
+    assert padded_width(33, (32, 64)) == 64 and padded_width(32, (32, 64)) == 32 and padded_width(33, None) == 33
+    with pytest.raises(ValueError, match="65 tokens is longer than the widest padding width, 64"):
+        padded_width(65, (32, 64))
+    assert padding_share([30, 30], [[0, 1]], widths=(32,)) == pytest.approx(1 - 60 / 64)

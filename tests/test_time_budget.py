@@ -28,6 +28,11 @@ def ticking(seconds_per_call: float):
     return lambda: next(counter) * seconds_per_call
 
 
+def probed(per_step: float, compiling: float = 0.0) -> time_budget._Probed:
+    """What a probe of the tiny classifier measured: `per_step` s per step, no eval set or out_dir."""
+    return time_budget._Probed(per_step, 0.0, 0.0, compiling, None)
+
+
 def test_steps_in_budget_is_the_floor_within_the_bounds():
     assert steps_in_budget(60, 0.5) == 120
     assert steps_in_budget(60, 0.7) == 85
@@ -49,15 +54,15 @@ def test_the_probe_reads_the_clock_around_the_timed_steps_only():
 def test_the_chosen_steps_follow_the_probe(monkeypatch):
     model, data = classifier(), classification_data(8)
     for per_step in (0.01, 0.5, 0.7, 2.0):
-        monkeypatch.setattr(time_budget, "_probe", lambda *args, seconds=per_step, **kwargs: (seconds, 0.0, 0.0))
+        monkeypatch.setattr(time_budget, "_probe", lambda *args, seconds=per_step, **kwargs: probed(seconds))
         budget = fit_steps_to_budget(model, config(), data, stack, seconds=60)
         assert budget.seconds_per_step == per_step
         assert budget.steps == math.floor(60 / per_step + 1e-9)
         assert budget.steps * per_step <= 60 < (budget.steps + 1) * per_step
-    monkeypatch.setattr(time_budget, "_probe", lambda *args, **kwargs: (0.01, 0.0, 0.0))
+    monkeypatch.setattr(time_budget, "_probe", lambda *args, **kwargs: probed(0.01))
     capped = fit_steps_to_budget(model, config(), data, stack, seconds=60, maximum=50)
     assert capped.steps == 50 and "at most 50" in capped.line()
-    monkeypatch.setattr(time_budget, "_probe", lambda *args, **kwargs: (10.0, 0.0, 0.0))
+    monkeypatch.setattr(time_budget, "_probe", lambda *args, **kwargs: probed(10.0))
     floor = fit_steps_to_budget(model, config(), data, stack, seconds=1, minimum=7)
     assert floor.steps == 7 and "at least 7" in floor.line()
 

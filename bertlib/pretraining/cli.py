@@ -54,7 +54,12 @@ Sentence pairs are padded to the longest pair of their batch, and come in batche
 (bertlib.training.sampling.LengthGroupedBatchSampler): pairs are built up to --seq-len and then truncated, so
 pairs that fill it are common, and a batch of them needs no padding and no attention mask. The run prints
 the share of padding left, beside that of random batches, and the share of batches with none;
---no-group gives random batches, and so does --compile, whose graph is made for one shape.
+--no-group gives random batches.
+
+On a CUDA GPU of compute capability 7.0 or more the model is compiled (bertlib.training.compiling; --no-compile
+keeps it eager, --compile compiles elsewhere too). A compiled graph is made for one shape, so batches are then
+padded to one of four bucket widths (32, 64, 96 or 128 tokens at --seq-len 128) and stay grouped by length; where
+compiling fails, one line says why and the run goes on eager.
 
 Vocabularies trained here merge the most frequent pair (`--vocab-score frequency`, as the tokenizers
 library's trainer does), which keeps frequent words whole; `likelihood` is notebook 02's first score.
@@ -117,8 +122,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--dropout", type=float, default=None, help="(recipe)")
     parser.add_argument("--dense-mlm", action="store_true",
                         help="run the MLM head at every position (slower; the default runs it at masked ones)")
-    parser.add_argument("--compile", action="store_true",
-                        help="torch.compile the model (sentence pairs then come in random batches: one shape)")
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                        help="torch.compile the model (default: on a CUDA GPU of compute capability 7.0 or more); "
+                             "batches are then padded to a few bucket widths, one graph each")
     parser.add_argument("--no-group", action="store_true",
                         help="random batches of sentence pairs instead of length-grouped ones (more padding)")
     parser.add_argument("--workers", type=int, default=None,

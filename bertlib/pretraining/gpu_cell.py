@@ -39,10 +39,11 @@ from bertlib.pretraining.yardsticks import (
 from bertlib.text.wordpiece import WordPieceTokenizer
 from bertlib.training import Trainer, TrainingConfig, precision_line, resolve_precision
 from bertlib.training.checkpoint import latest_checkpoint
+from bertlib.training.compiling import choose_compile
 from bertlib.training.deadline import Deadline
 from bertlib.training.gpu_plan import plan_for_device
 from bertlib.training.history import History
-from bertlib.training.sampling import LengthGroupedBatchSampler, padding_report
+from bertlib.training.sampling import LengthGroupedBatchSampler, bucket_widths, padding_report
 from bertlib.training.time_budget import fit_steps_to_budget
 
 STEPS_FILE = "steps.json"  # in out_dir: the step count the first run's budget fixed, for a resume
@@ -68,6 +69,7 @@ class GpuCellSettings:
     eval_pairs: int = 2_000
     checkpoint_every: int = 500
     progress: bool = True
+    compile: bool | None = None  # None: on a CUDA GPU that supports it (bertlib.training.compiling)
 
 
 @dataclass
@@ -166,22 +168,23 @@ def _passes(tokens: float, most: int = 40) -> int:
 
 def _steps(settings: GpuCellSettings, rerun: bool, model: BertForPreTraining, config: TrainingConfig,
            train: PretrainingDataset, collator: MaskingCollator, held_out: PretrainingDataset,
-           batches: LengthGroupedBatchSampler) -> tuple[int, Deadline]:
-    """The run's step count and the deadline that re-fits it as it trains: on a resume, the first run's count (the
-    checkpoint then gives the count and clock its re-fits left); else fitted to the budget by a timed probe and
-    written to steps.json."""
+           batches: LengthGroupedBatchSampler) -> tuple[TrainingConfig, Deadline]:
+    """The run's config with its step count, and the deadline that re-fits it as it trains: on a resume, the first
+    run's count (the checkpoint then gives the count and clock its re-fits left); else fitted to the budget by a
+    timed probe and written to steps.json (eager where compiling failed in the probe)."""
     steps_file = settings.out_dir / STEPS_FILE
     if rerun:
         steps = json.loads(steps_file.read_text())["steps"]
         print(f"a re-run: resuming in {shown_path(settings.out_dir)}, on the step count and clock of its newest "
               "checkpoint")
-        return steps, Deadline(settings.minutes * 60, settings.min_steps)
+        return dataclasses.replace(config, max_steps=steps), Deadline(settings.minutes * 60, settings.min_steps)
     budget = fit_steps_to_budget(model, config, train, collator, seconds=settings.minutes * 60,
                                  minimum=settings.min_steps, probe_steps=settings.probe_steps,
                                  metrics_fn=pretraining_metrics, eval_dataset=held_out, batch_sampler=batches)
     print(f"{budget.line()}; re-fit as it trains if the GPU's speed changes")
     atomic_write(steps_file, lambda path: path.write_text(json.dumps({"steps": budget.steps})))
-    return budget.steps, budget.deadline()
+    compiles = config.compile and budget.compile_failure is None
+    return dataclasses.replace(config, max_steps=budget.steps, compile=compiles), budget.deadline()
 
 
 def pretrain_on_gpu(settings: GpuCellSettings, device: torch.device) -> GpuPretraining:
@@ -194,6 +197,8 @@ def pretrain_on_gpu(settings: GpuCellSettings, device: torch.device) -> GpuPretr
                                        batch_size=settings.batch_size or plan.batch_size)
         print(plan.line() if (settings.preset, settings.batch_size) == (plan.preset, plan.batch_size) else
               f"BERT-{settings.preset}, batch {settings.batch_size}: as set in the cell ({plan.line()} otherwise)")
+    compiling = choose_compile(settings.compile, device)
+    print(compiling.line())
     settings.out_dir.mkdir(parents=True, exist_ok=True)
     print(f"checkpoints every {settings.checkpoint_every} steps in {shown_path(settings.out_dir)}: a re-run of the "
           "cell resumes from the newest (on Colab, set BERTLIB_ARTIFACTS to a folder on Google Drive so that they "
@@ -207,15 +212,16 @@ def pretrain_on_gpu(settings: GpuCellSettings, device: torch.device) -> GpuPretr
     model = BertForPreTraining(model_config)
     train, held_out = PretrainingDataset(text.train_pairs), PretrainingDataset(text.eval_pairs)
     batches = LengthGroupedBatchSampler(train.lengths, settings.batch_size, seed=0)  # pairs of like length together
-    print("batches grouped by length: " + padding_report(train.lengths, batches, settings.batch_size))
-    collator = MaskingCollator(text.tokenizer, max_predictions=20, fixed_positions=True)  # one shape per batch
+    widths = bucket_widths(settings.seq_len) if compiling.on else None  # compiled: a graph per width
+    print("batches grouped by length: " + padding_report(train.lengths, batches, settings.batch_size, widths=widths))
+    collator = MaskingCollator(text.tokenizer, max_predictions=20, pad_widths=widths, fixed_positions=True)
     config = TrainingConfig(max_steps=settings.min_steps, batch_size=settings.batch_size, lr=5e-4, warmup_ratio=0.05,
                             precision="auto", num_workers=2,  # two processes collate the next batches
                             log_every=settings.log_every, progress=settings.progress, out_dir=settings.out_dir,
-                            checkpoint_every=settings.checkpoint_every, device=str(device))
-    steps, deadline = _steps(settings, rerun, model, config, train, collator, held_out, batches)
-    trainer = Trainer(model, dataclasses.replace(config, max_steps=steps), train, collator, eval_dataset=held_out,
-                      metrics_fn=pretraining_metrics, batch_sampler=batches, deadline=deadline)
+                            checkpoint_every=settings.checkpoint_every, device=str(device), compile=compiling.on)
+    config, deadline = _steps(settings, rerun, model, config, train, collator, held_out, batches)
+    trainer = Trainer(model, config, train, collator, eval_dataset=held_out, metrics_fn=pretraining_metrics,
+                      batch_sampler=batches, deadline=deadline)
     print(f"BERT-{settings.preset}, batch {settings.batch_size} x {settings.seq_len}, {settings.minutes:g} minutes")
     trainer.train()
     frame = trainer.history.frame()

@@ -32,6 +32,7 @@ import torch
 
 from bertlib.basics import IGNORE_INDEX
 from bertlib.pretraining.nsp import PretrainingInstance
+from bertlib.training.sampling import padded_width
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,7 @@ class MaskingCollator:
 
     def __init__(self, tokenizer: Any, mlm_probability: float = 0.15, max_predictions: int = 20,
                  whole_word: bool = False, mask_share: float = 0.8, random_share: float = 0.1,
-                 pad_to_multiple_of: int | None = None, fixed_positions: bool = False) -> None:
+                 pad_widths: Sequence[int] | None = None, fixed_positions: bool = False) -> None:
         if not 0 < mlm_probability < 1:
             raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}")
         if mask_share < 0 or random_share < 0 or mask_share + random_share > 1:
@@ -136,7 +137,7 @@ class MaskingCollator:
         self.whole_word = whole_word
         self.mask_share = mask_share
         self.random_share = random_share
-        self.pad_to_multiple_of = pad_to_multiple_of
+        self.pad_widths = tuple(pad_widths) if pad_widths else None  # bucket widths (compiled models)
         self.fixed_positions = fixed_positions
         self.special_ids = torch.tensor(self.special.as_tuple())
         # Random replacements: any token but the special ones and reserved "[unused7]"-style entries.
@@ -176,7 +177,8 @@ class MaskingCollator:
         return prediction_positions(mlm_labels, slots)
 
     def pad(self, instances: Sequence[PretrainingInstance | Mapping[str, Any]]) -> dict[str, torch.Tensor]:
-        """Right-pad [CLS] A [SEP] B [SEP] of each instance to the batch's longest (no masking)."""
+        """Right-pad [CLS] A [SEP] B [SEP] of each instance to the batch's longest, or to the smallest of
+        pad_widths that holds it (no masking)."""
         if not instances:
             raise ValueError("cannot collate an empty batch")
         rows, types, labels = [], [], []
@@ -193,9 +195,7 @@ class MaskingCollator:
                 raise TypeError(f"batch item {index} is a {type(item).__name__}: expected a PretrainingInstance "
                                 "or a mapping with input_ids")
         lengths = torch.tensor([len(ids) for ids in rows])
-        width = int(lengths.max())
-        if self.pad_to_multiple_of:
-            width = -(-width // self.pad_to_multiple_of) * self.pad_to_multiple_of
+        width = padded_width(int(lengths.max()), self.pad_widths)
         # One tensor of all ids, poured into the real positions of the padded (batch, width) grid.
         attention_mask = (torch.arange(width) < lengths.unsqueeze(1)).long()  # (batch, width)
         real = attention_mask.bool()

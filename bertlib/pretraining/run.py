@@ -53,6 +53,7 @@ from bertlib.training.checkpoint import (
     refuse_other_runs,
     unwritable_line,
 )
+from bertlib.training.compiling import choose_compile
 from bertlib.training.config import TrainingConfig
 from bertlib.training.deadline import Deadline
 from bertlib.training.history import History
@@ -63,6 +64,7 @@ from bertlib.training.sampling import (
     BatchSampler,
     LengthGroupedBatchSampler,
     RandomBatchSampler,
+    bucket_widths,
     padding_report,
     padding_share,
 )
@@ -113,8 +115,10 @@ def apply_recipe(args: argparse.Namespace) -> str:
     for key, value in chosen.items():
         setattr(args, key, value)
     given = [key for key in recipe if key not in chosen]
+    compiling = choose_compile(args.compile, device)
+    args.compiled = compiling.on
     return (f"recipe {args.recipe}: " + ", ".join(f"{_flag(k)} {v}" for k, v in recipe.items() if k in chosen)
-            + (f" (given: {', '.join(_flag(k) for k in given)})" if given else "") + why)
+            + (f" (given: {', '.join(_flag(k) for k in given)})" if given else "") + why + "\n" + compiling.line())
 
 
 class PretrainError(ValueError):
@@ -154,16 +158,23 @@ def check_resume(out: Path, args: dict[str, Any]) -> None:
                if k not in unused and saved.get(k) != args[k]]
     if groups_by_length(saved) != groups_by_length(args):
         changed.append(f"its sentence pairs came in {_batches(saved)} batches, now {_batches(args)} ones "
-                       "(--no-group and --compile decide)")
+                       "(--no-group decides)")
     if changed:
         raise PretrainError(f"{out} holds a run with other settings; use another --out or the same arguments:\n  "
                             + "\n  ".join(changed))
 
 
 def groups_by_length(args: dict[str, Any]) -> bool:
-    """Whether a run's sentence pairs come in length-grouped batches: with --objective mlm+nsp, unless --no-group or
-    --compile (whose graph is made for one shape). A run recorded before the flag existed had random ones."""
-    return args["objective"] == "mlm+nsp" and not args.get("no_group", True) and not args.get("compile")
+    """Whether a run's sentence pairs come in length-grouped batches: with --objective mlm+nsp, unless --no-group.
+    A run recorded before --no-group existed had random ones, and so had one given --compile before compiled runs
+    padded to bucket widths (its record has no "compiled")."""
+    compiled_in_one_shape = args.get("compile") and "compiled" not in args
+    return args["objective"] == "mlm+nsp" and not args.get("no_group", True) and not compiled_in_one_shape
+
+
+def pad_widths(args: argparse.Namespace) -> tuple[int, ...] | None:
+    """The widths a compiled run pads its batches to (one graph each); None: each batch to its longest."""
+    return bucket_widths(args.seq_len) if args.compiled else None
 
 
 def _batches(args: dict[str, Any]) -> str:
@@ -180,12 +191,14 @@ def pair_batches(train: Dataset, args: argparse.Namespace) -> tuple[BatchSampler
     if args.objective != "mlm+nsp":
         return None, None
     lengths = train.lengths
+    widths = pad_widths(args)
     if not groups_by_length(vars(args)):
-        why = "--compile: one shape for its graph" if args.compile else "--no-group"
         shuffled = RandomBatchSampler(len(lengths), args.batch_size, args.seed)
-        return None, f"batches: random ({why}), {padding_share(lengths, shuffled):.1%} of their tokens padding"
+        return None, (f"batches: random (--no-group), {padding_share(lengths, shuffled, widths):.1%} of their tokens "
+                      "padding")
     grouped = LengthGroupedBatchSampler(lengths, args.batch_size, seed=args.seed)
-    return grouped, "batches: grouped by length, " + padding_report(lengths, grouped, args.batch_size, args.seed)
+    return grouped, "batches: grouped by length, " + padding_report(lengths, grouped, args.batch_size, args.seed,
+                                                                    widths)
 
 
 def check_same_corpus(out: Path, corpus: str, corpus_sha256: str) -> None:
@@ -390,7 +403,7 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
                                                show_progress=is_main and args.progress)
         check_vocabulary(tokenizer, vocab_path, trained_here=args.vocab is None)
         collator = MaskingCollator(tokenizer, args.mlm_probability, args.max_predictions, args.whole_word,
-                                   fixed_positions=True)
+                                   pad_widths=pad_widths(args), fixed_positions=True)
     except (OSError, ValueError) as error:  # a missing or unusable corpus or vocabulary: say which, no traceback
         raise PretrainError(str(error)) from None
     train, evaluation, _ = build_datasets(texts, tokenizer, args, show_progress=is_main and args.progress)
@@ -411,7 +424,7 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
     model = BertForPreTraining(config)
     training = TrainingConfig(
         max_steps=args.steps or 1, batch_size=args.batch_size, lr=args.lr, warmup_ratio=args.warmup_ratio,
-        precision=args.precision, compile=args.compile, eval_every=args.eval_every, log_every=args.log_every,
+        precision=args.precision, compile=args.compiled, eval_every=args.eval_every, log_every=args.log_every,
         checkpoint_every=args.checkpoint_every, out_dir=out, seed=args.seed, device=args.device,
         progress=is_main and args.progress, num_workers=_workers(args),
     )
@@ -424,7 +437,8 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
         if is_main:
             print(f"--minutes {args.minutes:g}: {budget.line()}; re-fit as it trains if the machine's speed changes")
         args.steps = settings["steps"] = budget.steps
-        training = dataclasses.replace(training, max_steps=budget.steps)
+        training = dataclasses.replace(training, max_steps=budget.steps,
+                                       compile=training.compile and budget.compile_failure is None)
         deadline = budget.deadline()
     trainer = Trainer(model, training, train, collate, eval_dataset=evaluation, metrics_fn=pretraining_metrics,
                       batch_sampler=batch_sampler, deadline=deadline)

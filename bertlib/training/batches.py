@@ -113,18 +113,11 @@ def _token_count(batch: Batch) -> int:
     return 0
 
 
-def one_length(dataset: Dataset) -> bool:
-    """Whether the dataset says (through `lengths`, as bertlib's datasets do) that all its examples are as long,
-    as packed windows are, so that no batch of it is ever padded."""
-    lengths = getattr(dataset, "lengths", None)
-    return lengths is not None and len(np.unique(lengths)) == 1
-
-
 def to_device(batch: Batch, device: torch.device, drop_full_mask: bool) -> Batch:
     """A collated batch's tensors on `device`; with drop_full_mask, an attention_mask without padding is left out
     (packed windows): a model given none may use sdpa's flash kernel, which a mask rules out. The check runs on
-    the CPU batch, where it costs no wait on the GPU. (Under torch.compile a batch with a mask and one without are
-    two graphs, so the Trainer drops masks there only where no batch can have padding.)"""
+    the CPU batch, where it costs no wait on the GPU. (Compiled, a batch with a mask and one without are two graphs;
+    bertlib.training.compiling allows for both at each padded width.)"""
     mask = batch.get("attention_mask")
     if drop_full_mask and isinstance(mask, torch.Tensor) and mask.device.type == "cpu" and bool(mask.all()):
         batch = {k: v for k, v in batch.items() if k != "attention_mask"}

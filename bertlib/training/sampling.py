@@ -8,6 +8,7 @@
     for batch in sampler: ...             # lists of dataset indices, this process's share of the epoch
     padding_share(lengths, sampler)       # the share of an epoch's tokens that padding would take
     padding_report(lengths, sampler, 32)  # that, beside random batches', in words
+    bucket_widths(128)                    # (32, 64, 96, 128): the few widths a compiled model pads to
 
 The Trainer draws its batches from one of these (`Trainer(..., batch_sampler=...)`), so it knows how many
 batches an epoch has in each process and can count epochs, resume mid-epoch by skipping batches, and refuse
@@ -28,6 +29,7 @@ Leaves out: samplers over iterable (streaming) datasets, weighted or class-balan
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -164,27 +166,50 @@ class LengthGroupedBatchSampler(_EpochAndShard):
                 "lengths_sha256": digest}
 
 
-def padding_share(lengths: Sequence[int], batches: Iterable[Sequence[int]]) -> float:
-    """The share of the tokens in `batches` that are padding, each batch padded to its longest example: what
-    length grouping saves (0.0 for no batches)."""
+def bucket_widths(seq_len: int, count: int = 4) -> tuple[int, ...]:
+    """`count` widths up to seq_len, evenly spaced (32, 64, 96, 128 for 128): a compiled model pads each batch to
+    the smallest that holds it, so it compiles a graph per width, not per batch length."""
+    if seq_len < 1 or count < 1:
+        raise ValueError(f"need seq_len >= 1 and count >= 1, got seq_len={seq_len}, count={count}")
+    return tuple(sorted({math.ceil(seq_len * k / count) for k in range(1, count + 1)}))
+
+
+def padded_width(longest: int, widths: Sequence[int] | None) -> int:
+    """The width a batch whose longest example is `longest` is padded to: that length, or the smallest of
+    `widths` that holds it (a ValueError naming both where none does)."""
+    if not widths:
+        return longest
+    fitting = [width for width in widths if width >= longest]
+    if not fitting:
+        raise ValueError(f"an example of {longest} tokens is longer than the widest padding width, {max(widths)}")
+    return min(fitting)
+
+
+def padding_share(lengths: Sequence[int], batches: Iterable[Sequence[int]],
+                  widths: Sequence[int] | None = None) -> float:
+    """The share of the tokens in `batches` that are padding, each batch padded to its longest example (or to the
+    bucket width that holds it): what length grouping saves (0.0 for no batches)."""
     lengths = np.asarray(lengths)
     real = padded = 0
     for batch in batches:
         batch_lengths = lengths[np.asarray(batch, dtype=np.int64)]
         real += int(batch_lengths.sum())
-        padded += int(batch_lengths.max(initial=0)) * len(batch_lengths)
+        padded += padded_width(int(batch_lengths.max(initial=0)), widths) * len(batch_lengths)
     return 1 - real / padded if padded else 0.0
 
 
-def padding_report(lengths: Sequence[int], batches: Iterable[Sequence[int]], batch_size: int, seed: int = 0) -> str:
+def padding_report(lengths: Sequence[int], batches: Iterable[Sequence[int]], batch_size: int, seed: int = 0,
+                   widths: Sequence[int] | None = None) -> str:
     """What `batches` (an epoch of a length-grouped sampler, say) pad, beside what random batches of batch_size
-    would pad, and the share of its batches with no padding at all: those need no attention mask."""
+    would pad, and the share of its batches with no padding at all: those need no attention mask. With bucket
+    `widths`, both are padded to those, and the line names them."""
     lengths = np.asarray(lengths)
     batches = [np.asarray(batch, dtype=np.int64) for batch in batches]
-    unpadded = sum(lengths[batch].min() == lengths[batch].max() for batch in batches) / max(len(batches), 1)
-    random_share = padding_share(lengths, RandomBatchSampler(len(lengths), batch_size, seed))
-    return (f"{padding_share(lengths, batches):.1%} of their tokens padding (random batches: {random_share:.1%}); "
-            f"{unpadded:.0%} of them have none (no attention mask)")
+    full = sum(lengths[batch].min() == padded_width(int(lengths[batch].max()), widths) for batch in batches)
+    random_share = padding_share(lengths, RandomBatchSampler(len(lengths), batch_size, seed), widths)
+    buckets = f", padded to widths {', '.join(map(str, widths))}" if widths else ""
+    return (f"{padding_share(lengths, batches, widths):.1%} of their tokens padding{buckets} (random batches: "
+            f"{random_share:.1%}); {full / max(len(batches), 1):.0%} of them have none (no attention mask)")
 
 
 def sequential_batches(num_examples: int, batch_size: int) -> list[list[int]]:

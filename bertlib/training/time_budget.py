@@ -9,8 +9,10 @@
 The probe trains a throwaway copy: a deep copy of the model under its own Trainer (its own AdamW, no out_dir,
 no evaluation, no progress bar) on the real dataset and collator, with the real device, precision, batch size
 and accumulation, so it times what a real step costs (data, forward, backward, clipping, update). One step
-(two with torch.compile) warms up first (allocations, kernels, compilation) and is not timed; then `probe_steps`
-steps are. The model
+(two with torch.compile) warms up first (allocations, kernels, compilation); then `probe_steps` steps are timed.
+Under torch.compile the warm-up's time beyond its steps' share is the compiling, which the real run pays again
+(less where torch's compile cache serves it), so the budget reserves it once; the graphs of other padded shapes,
+compiled later in the run, are what the deadline's re-fits absorb. The model
 passed in is never touched, and the caller's Python, NumPy and torch RNG states are given back afterwards.
 Under torchrun every process probes together and all take the slowest process's time, so that they agree.
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import math
 import os
 import tempfile
@@ -64,6 +67,8 @@ class StepBudget:
     seconds_per_checkpoint: float = 0.0  # one checkpoint written (0: no out_dir)
     evaluations: int = 0  # of the chosen run
     checkpoints: int = 0
+    seconds_compiling: float = 0.0  # torch.compile's first graphs, reserved once (0: eager)
+    compile_failure: str | None = None  # why compiling failed in the probe: the run should go eager
 
     def deadline(self) -> Deadline:
         """The clock that keeps the run on this budget as it trains, starting from what the probe measured."""
@@ -76,6 +81,8 @@ class StepBudget:
         reserved = "".join(f", {seconds:.2g} s per {what} x {count}" for what, seconds, count in (
             ("evaluation", self.seconds_per_evaluation, self.evaluations),
             ("checkpoint", self.seconds_per_checkpoint, self.checkpoints)) if count)
+        if self.seconds_compiling:
+            reserved += f", {self.seconds_compiling:.2g} s compiling"
         note = ""
         if self.steps > fit:
             note = f" (at least {self.minimum})"
@@ -130,17 +137,28 @@ def time_steps(model: nn.Module, config: TrainingConfig, train_dataset: Dataset,
     Under torchrun (WORLD_SIZE > 1) it joins the process group if nobody has (the caller leaves it at the end,
     dist.destroy_process_group) and returns the slowest process's time, the same number in every process.
     """
-    return _probe(model, config, train_dataset, collate_fn, probe_steps, metrics_fn, None, None, clock)[0]
+    return _probe(model, config, train_dataset, collate_fn, probe_steps, metrics_fn, None, None, clock).per_step
+
+
+@dataclasses.dataclass(frozen=True)
+class _Probed:
+    """What the probe measured, in seconds (0 where there was nothing to time)."""
+
+    per_step: float
+    evaluation: float
+    checkpoint: float
+    compiling: float
+    compile_failure: str | None
 
 
 def _probe(model: nn.Module, config: TrainingConfig, train_dataset: Dataset,
            collate_fn: Callable[[list[Any]], Any] | None, probe_steps: int,
            metrics_fn: Callable[..., dict[str, float]] | None, eval_dataset: Dataset | None,
-           batch_sampler: BatchSampler | None, clock: Callable[[], float]) -> tuple[float, float, float]:
-    """(seconds per step, per evaluation, per checkpoint) on a throwaway copy; 0 for no eval set or no out_dir.
+           batch_sampler: BatchSampler | None, clock: Callable[[], float]) -> _Probed:
+    """Seconds per step, per evaluation, per checkpoint and of compiling, on a throwaway copy.
 
     The warm-up is one step, or two with torch.compile (the first compiles, the second must not recompile);
-    with compile an evaluation also runs once untimed (eval mode compiles a graph of its own). The checkpoint
+    with compile an evaluation also runs once first (eval mode compiles a graph of its own). The checkpoint
     is written to a temporary folder, and the slowest process's times are taken under torchrun. The probe
     draws its batches from a copy of `batch_sampler` (None: the Trainer's random batches), so it pays for the
     padding the run will pay for.
@@ -156,15 +174,20 @@ def _probe(model: nn.Module, config: TrainingConfig, train_dataset: Dataset,
         eval_every=None, checkpoint_every=None, progress=False)
     probe = Trainer(copy.deepcopy(model), probe_config, train_dataset, collate_fn, metrics_fn=metrics_fn,
                     batch_sampler=copy.deepcopy(batch_sampler))
-    evaluation = checkpoint = 0.0
+    evaluation = checkpoint = compiling = 0.0
     try:
-        probe.train(stop_at=warm_up)  # allocations, kernels, compilation, worker start: not timed
+        warming = _timed(functools.partial(probe.train, stop_at=warm_up), probe.device, clock)  # and compiling
         per_step = _timed(probe.train, probe.device, clock) / probe_steps
+        if config.compile:
+            compiling = max(0.0, warming - warm_up * per_step)
         if eval_dataset is not None:
             probe.eval_dataset = eval_dataset
-            if config.compile:
-                probe.evaluate()
+            warming = _timed(probe.evaluate, probe.device, clock) if config.compile else 0.0  # eval's own graph
             evaluation = _timed(probe.evaluate, probe.device, clock)
+            compiling += max(0.0, warming - evaluation)
+        failure = probe.compile_failure
+        if failure is not None:  # the run goes eager: it compiles nothing
+            compiling = 0.0
         if config.out_dir is not None:
             with tempfile.TemporaryDirectory(prefix="bertlib-probe-") as folder:
                 probe.config = dataclasses.replace(probe.config, out_dir=folder)
@@ -175,12 +198,12 @@ def _probe(model: nn.Module, config: TrainingConfig, train_dataset: Dataset,
         if device.type == "cuda":
             torch.cuda.empty_cache()
         set_rng_state(saved, device)
-    times = (per_step, evaluation, checkpoint)
+    times = (per_step, evaluation, checkpoint, compiling)
     if dist.is_available() and dist.is_initialized():
         slowest = torch.tensor(times, dtype=torch.float64, device=device if dist.get_backend() == "nccl" else "cpu")
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
         times = tuple(slowest.tolist())
-    return times
+    return _Probed(*times, failure)
 
 
 def _timed(work: Callable[[], Any], device: torch.device, clock: Callable[[], float]) -> float:
@@ -208,13 +231,14 @@ def fit_steps_to_budget(model: nn.Module, config: TrainingConfig, train_dataset:
     (on eval_dataset, every config.eval_every steps and at the end) and checkpoints (with an out_dir), on the
     batches of `batch_sampler` (give the one the Trainer will get)."""
     seconds = check_seconds(seconds)
-    per_step, evaluation, saving = _probe(model, config, train_dataset, collate_fn, probe_steps, metrics_fn,
-                                          eval_dataset, batch_sampler, clock)
-    per_step = max(per_step, 1e-9)  # a clock too coarse to see the probe: as fast as it gets
-    steps = _within(steps_that_fit(seconds, per_step, evaluation, config.eval_every, saving, config.checkpoint_every),
-                    minimum, maximum)
+    probed = _probe(model, config, train_dataset, collate_fn, probe_steps, metrics_fn, eval_dataset, batch_sampler,
+                    clock)
+    per_step = max(probed.per_step, 1e-9)  # a clock too coarse to see the probe: as fast as it gets
+    evaluation, saving = probed.evaluation, probed.checkpoint
+    steps = _within(steps_that_fit(seconds - probed.compiling, per_step, evaluation, config.eval_every, saving,
+                                   config.checkpoint_every), minimum, maximum)
     evaluations = (steps // config.eval_every if config.eval_every else 0) + 1 if eval_dataset is not None else 0
     checkpoints = ((steps // config.checkpoint_every if config.checkpoint_every else 0) + 1
                    if config.out_dir is not None else 0)
     return StepBudget(steps, per_step, seconds, probe_steps, minimum, maximum, evaluation, saving, evaluations,
-                      checkpoints)
+                      checkpoints, probed.compiling, probed.compile_failure)

@@ -42,6 +42,7 @@ from tqdm.auto import tqdm
 from bertlib.training import batches, checkpoint, distributed, resume
 from bertlib.training.batches import TOKENS, Batch, BatchStream
 from bertlib.training.checkpoint_writer import CheckpointWriter
+from bertlib.training.compiling import CompiledOrEager
 from bertlib.training.config import TrainingConfig
 from bertlib.training.deadline import Deadline
 from bertlib.training.devices import pick_device
@@ -102,9 +103,8 @@ class Trainer:
         self.model = model.to(self.device)  # the plain module: what checkpoints and users see
         self._ddp = None if self.world_size == 1 else DistributedDataParallel(
             self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
-        compiled = torch.compile if config.compile else (lambda module: module)
-        self._train_model = compiled(self._ddp or self.model)
-        self._eval_model = self._train_model if self._ddp is None else compiled(self.model)  # per rank under DDP
+        self._train_model = self._compiled(self._ddp or self.model)
+        self._eval_model = self._train_model if self._ddp is None else self._compiled(self.model)  # DDP: per rank
 
         self.optimizer = adamw(param_groups(self.model, config.weight_decay), config)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_multiplier)
@@ -119,9 +119,15 @@ class Trainer:
         self.step = 0  # optimizer updates done
         self.history = History()
         self._started = False
-        # Under compile a batch with a mask and one without are two graphs: leave full masks out only where every
-        # example has one length (packed windows), so that no run compiles a second graph mid-way.
-        self._drop_full_masks = not config.compile or batches.one_length(train_dataset)
+
+    def _compiled(self, module: nn.Module) -> nn.Module:
+        """`module` as the loop calls it: compiled (going on eager if compiling fails) where config.compile says."""
+        return CompiledOrEager(module, announce=self.is_main) if self.config.compile else module
+
+    @property
+    def compile_failure(self) -> str | None:
+        """Why compiling failed where it did (the run went on eager), else None."""
+        return getattr(self._train_model, "failure", None)
 
     @property
     def max_steps(self) -> int:
@@ -195,7 +201,7 @@ class Trainer:
         losses: dict[str, torch.Tensor] = {}  # each loss term as a mean over the step's targets
         metrics: dict[str, torch.Tensor] = {}
         for index, (raw, count) in enumerate(zip(micro_batches, counts, strict=True)):
-            batch = batches.to_device(raw, self.device, self._drop_full_masks)
+            batch = batches.to_device(raw, self.device, drop_full_mask=True)  # no padding: no mask, a faster kernel
             last = index == accumulation - 1
             sync = nullcontext() if self._ddp is None or last else self._ddp.no_sync()  # DDP syncs on the last
             with sync:
@@ -323,7 +329,7 @@ class Trainer:
                                                     self.config.num_workers, self._pin_memory, self.rank,
                                                     self.world_size)
         return held_out_scores(self._eval_model, self._held_out, device=self.device, precision=self.precision,
-                               metrics_fn=self.metrics_fn, drop_full_masks=self._drop_full_masks,
+                               metrics_fn=self.metrics_fn, drop_full_masks=True,
                                world_size=self.world_size, seed=self.config.seed)
 
     # -- checkpoints and resuming -----------------------------------------------------------------------

@@ -1,0 +1,167 @@
+"""bertlib.training.compiling and the compiled path: on by default on CUDA GPUs that support it, static graphs
+for a few bucket widths with length grouping kept, an eager fallback, and a probe that reserves the compiling.
+
+torch.compile runs here with stand-in backends that torch.compile hands each graph to (as inductor gets it on a
+GPU): one that runs the graph as traced and counts it, one that fails the way a missing compiler does. The
+pretraining command's compiled runs are tested in test_pretrain_cli."""
+
+from __future__ import annotations
+
+import functools
+import types
+
+import pytest
+import torch
+from ddp_worker import classification_data, classifier, stack
+
+from bertlib.training import Trainer, TrainingConfig, compiling
+from bertlib.training.compiling import CompiledOrEager, choose_compile
+from bertlib.training.time_budget import fit_steps_to_budget
+
+REAL_COMPILE = torch.compile
+
+
+def quiet(**changes) -> TrainingConfig:
+    """A CPU run of the tiny classifier, quiet, one record per step."""
+    return TrainingConfig(**{"max_steps": 4, "batch_size": 4, "device": "cpu", "precision": "fp32",
+                             "progress": False, "log_every": 1, **changes})
+
+
+def compile_with(monkeypatch, backend) -> None:
+    """Make torch.compile hand its graphs to `backend` (its other arguments, dynamic=False, as given)."""
+    monkeypatch.setattr(torch, "compile", functools.partial(REAL_COMPILE, backend=backend))
+    torch._dynamo.reset()
+
+
+def counting(graphs: list, on_compile=None, on_run=None):
+    """A backend that records each graph's input shapes and runs it as traced; hooks for a fake clock."""
+    def backend(graph, example_inputs):
+        graphs.append([tuple(x.shape) for x in example_inputs if isinstance(x, torch.Tensor)])
+        if on_compile:
+            on_compile()
+
+        def forward(*args):
+            if on_run:
+                on_run()
+            return graph.forward(*args)
+        return forward
+    return backend
+
+
+def failing(graph, example_inputs):
+    """A backend that fails as inductor does without a working compiler."""
+    raise RuntimeError("no working C++ compiler found\nmore lines of the compiler's output")
+
+
+def gpu(name: str, major: int, minor: int):
+    """get_device_properties of a GPU of this name and compute capability."""
+    return lambda device: types.SimpleNamespace(name=name, major=major, minor=minor, total_memory=16 * 1024**3)
+
+
+@pytest.mark.parametrize(("name", "capability", "on"), [
+    ("Tesla P100-PCIE-16GB", (6, 0), False), ("Tesla T4", (7, 5), True), ("NVIDIA H100 80GB HBM3", (9, 0), True)])
+def test_cuda_gpus_compile_by_default_where_triton_runs(monkeypatch, name, capability, on):
+    monkeypatch.setattr(torch.cuda, "get_device_properties", gpu(name, *capability))
+    choice = choose_compile(None, torch.device("cuda", 0))
+    assert choice.on is on and name in choice.line()
+    assert ("need 7.0" in choice.reason) is not on
+    assert choose_compile(False, torch.device("cuda", 0)).on is False  # --no-compile wins
+
+
+def test_a_cpu_stays_eager_unless_asked():
+    assert not choose_compile(None, torch.device("cpu")).on
+    assert choose_compile(True, torch.device("cpu")).line() == "torch.compile: on (as asked)"
+
+
+def test_a_compiled_model_gives_the_eager_outputs_and_keeps_compiling(monkeypatch):
+    graphs = []
+    compile_with(monkeypatch, counting(graphs))
+    model = classifier().eval()
+    batch = stack(classification_data(4))
+    wrapped = CompiledOrEager(model)
+    for _ in range(2):
+        assert torch.equal(wrapped(**batch).logits, model(**batch).logits)
+    assert wrapped.failure is None and wrapped.compiled is not None and len(graphs) == 1  # one shape, one graph
+
+
+def test_a_failed_compile_goes_on_eager_saying_why_once(monkeypatch, capsys):
+    compile_with(monkeypatch, failing)
+    model = classifier().eval()
+    batch = stack(classification_data(4))
+    wrapped = CompiledOrEager(model)
+    for _ in range(2):
+        assert torch.equal(wrapped(**batch).logits, model(**batch).logits)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1 and "no working C++ compiler found" in lines[0] and "going on eager" in lines[0]
+    assert "more lines" not in lines[0] and wrapped.compiled is None
+
+
+def test_an_error_of_the_batch_itself_is_raised_as_eager_raises_it(monkeypatch):
+    compile_with(monkeypatch, counting([]))
+    wrapped = CompiledOrEager(classifier())
+    with pytest.raises(TypeError, match="no_such_input"):
+        wrapped(no_such_input=torch.zeros(1))
+    assert wrapped.failure is None and wrapped.compiled is not None  # the model was not given up on
+
+
+def test_a_trainer_whose_compile_fails_trains_as_the_eager_one_does(monkeypatch, capsys):
+    data = classification_data(16)
+    eager = Trainer(classifier(dropout=True), quiet(), data, stack).train()
+    compile_with(monkeypatch, failing)
+    trainer = Trainer(classifier(dropout=True), quiet(compile=True), data, stack)
+    fallen = trainer.train()
+    assert trainer.compile_failure.startswith("BackendCompilerFailed")
+    assert capsys.readouterr().out.count("going on eager") == 1
+    assert [r["loss"] for r in fallen.records] == [r["loss"] for r in eager.records]  # bit for bit
+
+
+def test_a_compiled_trainer_trains_as_the_eager_one_does(monkeypatch):
+    data = classification_data(16)
+    eager = Trainer(classifier(dropout=True), quiet(), data, stack).train()
+    graphs = []
+    compile_with(monkeypatch, counting(graphs))
+    compiled = Trainer(classifier(dropout=True), quiet(compile=True), data, stack)
+    history = compiled.train()
+    assert compiled.compile_failure is None and graphs
+    assert [r["loss"] for r in history.records] == pytest.approx([r["loss"] for r in eager.records], rel=1e-5)
+
+
+class FakeClock:
+    """Seconds that pass only when the stand-in backend compiles (30 s) or runs a step (0.5 s)."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_the_probe_reserves_its_compiling_in_the_budget(monkeypatch):
+    clock, graphs = FakeClock(), []
+    compile_with(monkeypatch, counting(graphs, on_compile=lambda: clock.advance(30.0),
+                                       on_run=lambda: clock.advance(0.5)))
+    budget = fit_steps_to_budget(classifier(), quiet(compile=True), classification_data(16), stack, seconds=60,
+                                 probe_steps=4, clock=clock)  # every batch of one shape: one graph
+    assert len(graphs) == 1 and budget.seconds_per_step == pytest.approx(0.5)
+    assert budget.seconds_compiling == pytest.approx(30.0) and budget.steps == 60  # (60 - 30) / 0.5, not 120
+    assert "30 s compiling" in budget.line() and budget.compile_failure is None
+
+
+def test_a_probe_whose_compile_fails_says_so_and_reserves_nothing(monkeypatch, capsys):
+    compile_with(monkeypatch, failing)
+    budget = fit_steps_to_budget(classifier(), quiet(compile=True), classification_data(16), stack, seconds=60,
+                                 probe_steps=2)
+    assert budget.compile_failure.startswith("BackendCompilerFailed") and budget.seconds_compiling == 0.0
+    assert "going on eager" in capsys.readouterr().out
+
+
+def test_compiling_raises_the_recompile_limit_to_a_graph_per_width_and_mode(monkeypatch):
+    compile_with(monkeypatch, counting([]))
+    limits = torch._dynamo.config
+    name = "recompile_limit" if hasattr(limits, "recompile_limit") else "cache_size_limit"
+    monkeypatch.setattr(limits, name, 8)
+    CompiledOrEager(classifier())
+    assert getattr(limits, name) == compiling.GRAPHS

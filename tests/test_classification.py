@@ -137,6 +137,9 @@ def test_pad_collator_pads_to_the_longest_or_to_a_fixed_length():
     assert fixed["input_ids"].shape == (2, 5) and fixed["pos_weight"].tolist() == [2.0, 3.0]
     with pytest.raises(ValueError, match="pad_to=2"):
         PadCollator(pad_to=2)(items)
+    bucketed = PadCollator(pad_id=0, pad_widths=(2, 4, 6))(items)  # the smallest width that holds the batch
+    assert bucketed["input_ids"].tolist() == [[2, 7, 3, 0], [2, 3, 0, 0]]
+    assert bucketed["attention_mask"].tolist() == [[1, 1, 1, 0], [1, 1, 0, 0]]
 
 
 @settings(max_examples=40, deadline=None)

@@ -7,10 +7,12 @@ import json
 
 import numpy as np
 import pytest
+from test_compiling import compile_with, counting, failing
 
 from bertlib.finetuning.gpu_cell import STEPS_FILE, GpuFineTuneSettings, finetune_on_gpu
 from bertlib.training import precision_line
 from bertlib.training.checkpoint import checkpoint_step, list_checkpoints
+from bertlib.training.sampling import bucket_widths
 from conftest import tiny_checkpoint_folder
 
 KIND, RUDE = ["good", "nice", "thanks", "article", "page", "the"], ["idiot", "stupid", "kill"]
@@ -43,9 +45,10 @@ def test_the_gpu_cell_checkpoints_and_a_rerun_resumes_without_timing_again(tmp_p
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == precision_line("fp32", "cpu")  # which precision, before anything long
     assert lines[1] == "starting point: a tiny checkpoint"
-    assert "a re-run of the cell resumes from the newest" in lines[2] and "BERTLIB_ARTIFACTS" in lines[2]
-    assert "4 steps (0.50 epochs)" in lines[3] and "24 validation comments twice and 16 official" in lines[3]
-    assert "min in all" in lines[3] and "the competition's test labels:" in lines
+    assert lines[2].startswith("torch.compile: off, eager (on cpu")  # whether it compiles, and why
+    assert "a re-run of the cell resumes from the newest" in lines[3] and "BERTLIB_ARTIFACTS" in lines[3]
+    assert "4 steps (0.50 epochs)" in lines[4] and "24 validation comments twice and 16 official" in lines[4]
+    assert "min in all" in lines[4] and "the competition's test labels:" in lines
     out_dir = tmp_path / "gpu-finetuning"
     assert json.loads((out_dir / STEPS_FILE).read_text())["steps"] == 4  # half an epoch of 8 batches
     assert list(first) == ["tiny", "tiny, random init"] and [r.steps for r in first.values()] == [4, 4]
@@ -61,8 +64,8 @@ def test_the_gpu_cell_checkpoints_and_a_rerun_resumes_without_timing_again(tmp_p
     again = finetune_on_gpu(*args, settings(tmp_path), "cpu", "tiny")
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == precision_line("fp32", "cpu")
-    assert lines[2].startswith("a re-run: resuming in") and "at step 2 of 4 (the model) and 2 of 4" in lines[2]
-    assert "4 of their 8 steps left" in lines[3]
+    assert lines[3].startswith("a re-run: resuming in") and "at step 2 of 4 (the model) and 2 of 4" in lines[3]
+    assert "4 of their 8 steps left" in lines[4]
     assert [r.steps for r in again.values()] == [4, 4]
     for label in first:
         np.testing.assert_allclose(again[label].val_probs.to_numpy(), first[label].val_probs.to_numpy(), rtol=1e-5)
@@ -73,3 +76,20 @@ def test_a_bad_setting_is_refused_by_name(tmp_path):
         settings(tmp_path, batch_size=0)
     with pytest.raises(ValueError, match="GpuFineTuneSettings.minutes must be a finite number > 0"):
         settings(tmp_path, minutes=float("nan"))
+
+
+@pytest.mark.slow
+def test_compiled_the_cell_pads_to_bucket_widths_and_a_failed_compile_is_tried_once(tmp_path, capsys, monkeypatch,
+                                                                                    one_thread):
+    init = tiny_checkpoint_folder(tmp_path, KIND + RUDE)
+    args = (init, NAMES, *comments(64, seed=1), *comments(24, seed=2))
+    graphs = []
+    compile_with(monkeypatch, counting(graphs))
+    finetune_on_gpu(*args, settings(tmp_path / "compiled", compile=True), "cpu", "tiny")
+    out = capsys.readouterr().out
+    assert "torch.compile: on (as asked)" in out and "going on eager" not in out
+    assert graphs and {inputs[0][1] for inputs in graphs} <= set(bucket_widths(16))  # input_ids: (batch, width)
+
+    compile_with(monkeypatch, failing)
+    finetune_on_gpu(*args, settings(tmp_path / "failing", compile=True), "cpu", "tiny")
+    assert capsys.readouterr().out.count("going on eager") == 1  # in the probe; the two runs then train eager

@@ -22,6 +22,7 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import Dataset
 
 from bertlib.text.fast_tokenizer import encode_texts
+from bertlib.training.sampling import padded_width
 
 
 class CommentDataset(Dataset):
@@ -63,23 +64,27 @@ class PadCollator:
     """Items -> a padded batch dict for BertForSequenceClassification(**batch).
 
     pad_to=None pads to the longest comment of the batch (dynamic padding); an int pads every batch to
-    that length (fixed padding). pos_weight, when given, rides along in the batch so the model's BCE uses it.
+    that length (fixed padding). pad_widths pads a batch to the smallest of those widths that holds it (a
+    compiled model's few shapes, bertlib.training.sampling.bucket_widths). pos_weight, when given, rides along
+    in the batch so the model's BCE uses it.
     """
 
     pad_id: int = 0
     pad_to: int | None = None
     pos_weight: torch.Tensor | None = None
+    pad_widths: tuple[int, ...] | None = None
 
     def __call__(self, items: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
         ids = [torch.as_tensor(item["input_ids"], dtype=torch.long) for item in items]
         input_ids = pad_sequence(ids, batch_first=True, padding_value=self.pad_id)  # (batch, longest)
         attention_mask = pad_sequence([torch.ones_like(row) for row in ids], batch_first=True)  # (batch, longest)
-        if self.pad_to is not None:
-            if input_ids.shape[1] > self.pad_to:
-                raise ValueError(f"a comment has {input_ids.shape[1]} tokens, more than pad_to={self.pad_to}")
-            extra = self.pad_to - input_ids.shape[1]
-            input_ids = F.pad(input_ids, (0, extra), value=self.pad_id)  # (batch, pad_to)
-            attention_mask = F.pad(attention_mask, (0, extra), value=0)
+        longest = input_ids.shape[1]
+        if self.pad_to is not None and longest > self.pad_to:
+            raise ValueError(f"a comment has {longest} tokens, more than pad_to={self.pad_to}")
+        width = self.pad_to if self.pad_to is not None else padded_width(longest, self.pad_widths)
+        if width > longest:
+            input_ids = F.pad(input_ids, (0, width - longest), value=self.pad_id)  # (batch, width)
+            attention_mask = F.pad(attention_mask, (0, width - longest), value=0)
         batch = {"input_ids": input_ids, "token_type_ids": torch.zeros_like(input_ids),
                  "attention_mask": attention_mask}
         if "labels" in items[0]:

@@ -1,13 +1,14 @@
 """Notebook 07's GPU cell as one function: a BERT fine-tuned on every training comment for a time budget, beside
 the same architecture from random weights, with checkpoints that outlive a disconnect.
 
-`finetune_on_gpu` says first which precision it takes and why, then where its checkpoints go, then its plan and
-how long all of it takes: the two training runs (the model, then its random-init control, each of the same step
-count) and the predictions after them (the validation comments of each run, Kaggle's official test comments once).
-The step count is fitted to the budget by a timed probe, as notebook 06 does (bertlib.pretraining.gpu_cell), and
-written to steps.json in `out_dir`; a re-run after a disconnect reads it instead of timing again, and each run
-resumes from the newest checkpoint in its folder of `out_dir` (the Trainer does). Nothing here needs a GPU: the
-tests run it on a CPU at tiny sizes, twice, the second a resume.
+`finetune_on_gpu` says first which precision it takes and why, then whether it compiles the model (on a CUDA GPU
+that supports it: bertlib.training.compiling), then where its checkpoints go, then its plan and how long all of it
+takes: the two training runs (the model, then its random-init control, each of the same step count) and the
+predictions after them (the validation comments of each run, Kaggle's official test comments once). The step count
+is fitted to the budget by the probe notebook 06 uses (bertlib.training.time_budget: the model's own steps, its
+compiling and checkpoints reserved) and written to steps.json in `out_dir`; a re-run after a disconnect reads it
+instead of timing again, and each run resumes from the newest checkpoint in its folder of `out_dir` (the Trainer
+does). Nothing here needs a GPU: the tests run it on a CPU at tiny sizes, twice, the second a resume.
 
 Leaves out: choosing the starting checkpoint and loading the official test set (the cell does both), re-fitting
 the step count as the GPU's speed changes (a fine-tuning run is short), and the time of the bootstrap intervals.
@@ -29,9 +30,18 @@ import torch
 from bertlib.basics import atomic_write, shown_path
 from bertlib.finetuning.classifier import ToxicityClassifier
 from bertlib.finetuning.metrics import evaluate, with_intervals
-from bertlib.finetuning.recipe import FineTuneConfig, FineTuneResult, fine_tune
+from bertlib.finetuning.recipe import (
+    FineTuneConfig,
+    FineTuneResult,
+    fine_tune,
+    load_classifier,
+    make_batch_sampler,
+    training_parts,
+)
 from bertlib.training import precision_line, resolve_precision
 from bertlib.training.checkpoint import checkpoint_step, latest_checkpoint
+from bertlib.training.compiling import choose_compile
+from bertlib.training.time_budget import fit_steps_to_budget
 
 STEPS_FILE = "steps.json"  # in out_dir: the step count and speeds the first run's probe measured, for a resume
 PREDICT_SAMPLE = 512  # validation comments the probe predicts, to time the predictions after training
@@ -53,6 +63,7 @@ class GpuFineTuneSettings:
     pos_weight_cap: float = 10.0
     seed: int = 0
     progress: bool = True
+    compile: bool | None = None  # None: on a CUDA GPU that supports it (bertlib.training.compiling)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "out_dir", Path(self.out_dir))
@@ -74,6 +85,8 @@ class _Plan:
     steps: int
     seconds_per_step: float
     seconds_per_comment: float  # predicting, in batches of 2 x batch_size as fine_tune predicts validation
+    seconds_compiling: float = 0.0  # each run's torch.compile, reserved in its budget
+    compiles: bool = False  # whether the runs compile (False where compiling failed in the probe)
 
 
 def _config(settings: GpuFineTuneSettings, device: torch.device, **changes) -> FineTuneConfig:
@@ -83,19 +96,24 @@ def _config(settings: GpuFineTuneSettings, device: torch.device, **changes) -> F
 
 
 def _probe(init: str | Path, names: Sequence[str], train_texts: Sequence[str], train_labels: np.ndarray,
-           val_texts: Sequence[str], settings: GpuFineTuneSettings, device: torch.device) -> _Plan:
-    """Time `probe_steps` steps and the prediction of up to PREDICT_SAMPLE validation comments; fit the step count
-    to the budget as the cell did: min(max_epochs, max(min_steps, what fits in `minutes`))."""
-    probe = fine_tune(init, names, train_texts, train_labels,
-                      config=_config(settings, device, max_steps=settings.probe_steps, progress=False))
-    seconds_per_step = probe.seconds / probe.steps
+           val_texts: Sequence[str], settings: GpuFineTuneSettings, device: torch.device, compiles: bool) -> _Plan:
+    """Fit the step count to the budget with the training probe (time_budget.fit_steps_to_budget, on fine_tune's
+    own parts): min(max_epochs, max(min_steps, what fits in `minutes`)); and time the prediction of up to
+    PREDICT_SAMPLE validation comments."""
+    config = _config(settings, device, max_steps=settings.probe_steps, progress=False, compile=compiles,
+                     out_dir=str(settings.out_dir), checkpoint_every=settings.checkpoint_every)  # checkpoints timed
+    classifier = load_classifier(init, names, config)
+    train, collate, training = training_parts(classifier, train_texts, train_labels, config)
+    most = max(1, round(settings.max_epochs * _epoch_steps(len(train_texts), settings.batch_size)))
+    budget = fit_steps_to_budget(classifier.model, training, train, collate, seconds=settings.minutes * 60,
+                                 minimum=min(settings.min_steps, most), maximum=most, probe_steps=settings.probe_steps,
+                                 batch_sampler=make_batch_sampler(train.lengths, config))
     sample = list(val_texts[:PREDICT_SAMPLE])
     start = time.perf_counter()
-    probe.classifier.predict(sample, batch_size=2 * settings.batch_size)
+    classifier.predict(sample, batch_size=2 * settings.batch_size)
     seconds_per_comment = (time.perf_counter() - start) / len(sample)
-    most = max(1, round(settings.max_epochs * _epoch_steps(len(train_texts), settings.batch_size)))
-    steps = min(most, max(settings.min_steps, int(settings.minutes * 60 / seconds_per_step)))
-    return _Plan(steps, seconds_per_step, seconds_per_comment)
+    return _Plan(budget.steps, budget.seconds_per_step, seconds_per_comment, budget.seconds_compiling,
+                 compiles and budget.compile_failure is None)
 
 
 def _epoch_steps(comments: int, batch_size: int) -> int:
@@ -107,7 +125,7 @@ def _plan_line(plan: _Plan, settings: GpuFineTuneSettings, done: Sequence[int], 
                val_comments: int, official_comments: int | None) -> str:
     """The plan and the time all of it takes: the steps left of both runs, then the predictions."""
     left = sum(max(plan.steps - step, 0) for step in done)
-    training = left * plan.seconds_per_step
+    training = left * plan.seconds_per_step + sum(step < plan.steps for step in done) * plan.seconds_compiling
     predicting = (2 * val_comments + (official_comments or 0)) * plan.seconds_per_comment
     epochs = plan.steps / _epoch_steps(train_comments, settings.batch_size)
     steps_left = "" if not any(done) else f", {left} of their {2 * plan.steps} steps left"
@@ -147,6 +165,8 @@ def finetune_on_gpu(init: str | Path, names: Sequence[str], train_texts: Sequenc
     print(precision_line(resolve_precision("auto", device), device))  # which precision, and why: first
     if start_line:
         print(start_line)
+    compiling = choose_compile(settings.compile, device)
+    print(compiling.line())
     settings.out_dir.mkdir(parents=True, exist_ok=True)
     print(f"checkpoints every {settings.checkpoint_every} steps in {shown_path(settings.out_dir)}: a re-run of the "
           "cell resumes from the newest (on Colab, set BERTLIB_ARTIFACTS to a folder on Google Drive so that they "
@@ -160,13 +180,13 @@ def finetune_on_gpu(init: str | Path, names: Sequence[str], train_texts: Sequenc
         print(f"a re-run: resuming in {shown_path(settings.out_dir)} at step {done[name]} of {plan.steps} (the model) "
               f"and {done[control]} of {plan.steps} (its random-init control), on the step count its first run fixed")
     else:
-        plan = _probe(init, names, train_texts, train_labels, val_texts, settings, device)
+        plan = _probe(init, names, train_texts, train_labels, val_texts, settings, device, compiling.on)
         atomic_write(steps_file, lambda path: path.write_text(json.dumps(dataclasses.asdict(plan))))
     print(_plan_line(plan, settings, list(done.values()), len(train_texts), len(val_texts),
                      None if official is None else len(official[0])))
 
     config = _config(settings, device, max_steps=plan.steps, checkpoint_every=settings.checkpoint_every,
-                     progress=settings.progress)
+                     progress=settings.progress, compile=plan.compiles)
     runs = {name: fine_tune(init, names, train_texts, train_labels, val_texts, val_labels,
                             dataclasses.replace(config, out_dir=str(folders[name])))}
     print(_trained_line(name, runs[name], done[name]))

@@ -34,7 +34,7 @@ from bertlib.finetuning.metrics import evaluate, tune_thresholds, untuned_reason
 from bertlib.text.cleaning import clean_text
 from bertlib.training.config import TrainingConfig
 from bertlib.training.history import History
-from bertlib.training.sampling import BatchSampler, LengthGroupedBatchSampler, RandomBatchSampler
+from bertlib.training.sampling import BatchSampler, LengthGroupedBatchSampler, RandomBatchSampler, bucket_widths
 from bertlib.training.trainer import Trainer
 
 
@@ -51,6 +51,7 @@ class FineTuneConfig:
     warmup_ratio: float = 0.1
     pos_weight_cap: float | None = None  # e.g. 10: BCE pos_weight = min(negatives / positives, cap) per label
     padding: Literal["dynamic", "fixed"] = "dynamic"  # pad to the batch's longest, or always to max_len
+    compile: bool = False  # torch.compile the model; dynamic padding then pads to four bucket widths up to max_len
     group_by_length: bool = True  # length-grouped batches (else random ones)
     bucket_batches: int = 50  # batches per length-sorted bucket
     precision: str = "auto"  # bf16 on GPUs that support it, fp32 on CPU (see bertlib.training.precision)
@@ -114,6 +115,30 @@ def load_classifier(init: str | Path, label_names: Sequence[str], config: FineTu
                                               verbose=config.progress)
 
 
+def training_parts(classifier: ToxicityClassifier, train_texts: Sequence[str], train_labels: np.ndarray,
+                   config: FineTuneConfig) -> tuple[CommentDataset, PadCollator, TrainingConfig]:
+    """What the Trainer of `fine_tune` trains on: the tokenized comments, the collator that pads them (with the
+    capped positive weights, and to bucket widths when compiled) and the TrainingConfig. A time probe takes the
+    same parts (bertlib.finetuning.gpu_cell)."""
+    train_labels = np.asarray(train_labels, dtype=np.float32).reshape(len(train_texts), -1)
+    train = CommentDataset(classifier.encode(train_texts), train_labels)
+    pos_weight = None
+    if config.pos_weight_cap is not None:
+        pos_weight = torch.from_numpy(positive_weights(train_labels, config.pos_weight_cap))
+    pad_to = classifier.max_len if config.padding == "fixed" else None
+    widths = bucket_widths(classifier.max_len) if config.compile and pad_to is None else None
+    collate = PadCollator(pad_id=classifier.tokenizer.token_to_id("[PAD]"), pad_to=pad_to, pos_weight=pos_weight,
+                          pad_widths=widths)
+    training = TrainingConfig(
+        max_steps=config.max_steps, epochs=None if config.max_steps is not None else config.epochs,
+        batch_size=config.batch_size, lr=config.lr, weight_decay=config.weight_decay,
+        warmup_ratio=config.warmup_ratio, precision=config.precision, eval_every=config.eval_every,
+        log_every=config.log_every, out_dir=config.out_dir, checkpoint_every=config.checkpoint_every,
+        seed=config.seed, device=config.device, progress=config.progress, compile=config.compile,
+    )
+    return train, collate, training
+
+
 def fine_tune(
     init: str | Path | ToxicityClassifier,
     label_names: Sequence[str],
@@ -138,25 +163,12 @@ def fine_tune(
     classifier = init if isinstance(init, ToxicityClassifier) else load_classifier(init, label_names, config)
     if classifier.label_names != list(label_names):
         raise ValueError(f"the classifier predicts {classifier.label_names}, the data has {list(label_names)}")
-    train_labels = np.asarray(train_labels, dtype=np.float32).reshape(len(train_texts), -1)
-    train = CommentDataset(classifier.encode(train_texts), train_labels)
-    pos_weight = None
-    if config.pos_weight_cap is not None:
-        pos_weight = torch.from_numpy(positive_weights(train_labels, config.pos_weight_cap))
-    pad_to = classifier.max_len if config.padding == "fixed" else None
-    collate = PadCollator(pad_id=classifier.tokenizer.token_to_id("[PAD]"), pad_to=pad_to, pos_weight=pos_weight)
+    train, collate, training = training_parts(classifier, train_texts, train_labels, config)
     validation = eval_sampler = None
     if val_texts is not None and config.eval_every is not None:
         validation = CommentDataset(classifier.encode(val_texts),
                                     np.asarray(val_labels, dtype=np.float32).reshape(len(val_texts), -1))
         eval_sampler = make_batch_sampler(validation.lengths, config, shuffle=False)
-    training = TrainingConfig(
-        max_steps=config.max_steps, epochs=None if config.max_steps is not None else config.epochs,
-        batch_size=config.batch_size, lr=config.lr, weight_decay=config.weight_decay,
-        warmup_ratio=config.warmup_ratio, precision=config.precision, eval_every=config.eval_every,
-        log_every=config.log_every, out_dir=config.out_dir, checkpoint_every=config.checkpoint_every,
-        seed=config.seed, device=config.device, progress=config.progress,
-    )
     trainer = Trainer(classifier.model, training, train, collate_fn=collate, eval_dataset=validation,
                       batch_sampler=make_batch_sampler(train.lengths, config), eval_batch_sampler=eval_sampler)
     try:

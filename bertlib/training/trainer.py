@@ -9,8 +9,9 @@ It trains BertForPreTraining (notebook 06) and BertForSequenceClassification (07
 under torchrun. `collate_fn` makes a dict of tensors, `model(**batch)` returns `.loss`; its other `*_loss` fields
 and `metrics_fn(batch, output)` are logged. A step's loss is the mean over every target of its micro-batches
 and processes, as one big batch would give: MLM is normalised by the step's predicted tokens (google-research/bert).
-Here are the loop and its step; the other pieces are modules of bertlib.training: batches, step_log, update,
-checkpoint_writer, evaluation, resume, interrupt and distributed. A non-finite loss stops the run naming the
+Here are the loop and its step; the other pieces are modules of bertlib.training: trainer_state (checkpoints and
+the resume), batches, step_log, update, checkpoint_writer, evaluation, resume, interrupt, distributed and compiling
+(config.compile: torch.compile, eager where it fails). A non-finite loss stops the run naming the
 step, back at the step before it. Given a `deadline` (a time budget), the run re-fits its last step at logging
 steps to the speed it measures, so that it ends on time (bertlib.training.deadline).
 
@@ -51,10 +52,10 @@ from bertlib.training.history import History
 from bertlib.training.interrupt import StopRequests, stopped_at_once
 from bertlib.training.optimizer import param_groups
 from bertlib.training.precision import autocast, loss_scaler, resolve_precision, use_tf32
-from bertlib.training.rng import rng_state, seed_everything, set_rng_state
 from bertlib.training.sampling import BatchSampler, RandomBatchSampler
 from bertlib.training.schedule import Relaid, linear_warmup_decay, schedule_at
 from bertlib.training.step_log import BadStep, StepLog
+from bertlib.training.trainer_state import TrainerState
 from bertlib.training.update import Update, adamw
 
 MetricsFn = Callable[[Batch, Any], Mapping[str, float]]
@@ -64,7 +65,7 @@ class NonFiniteLossError(FloatingPointError):
     """The loss (or the gradient norm) of a step is NaN or infinite: the run stopped before that update."""
 
 
-class Trainer:
+class Trainer(TrainerState):
     """Trains `model` on `train_dataset` as `config` says; see the module docstring for the contract."""
 
     def __init__(self, model: nn.Module, config: TrainingConfig, train_dataset: Dataset,
@@ -331,88 +332,6 @@ class Trainer:
         return held_out_scores(self._eval_model, self._held_out, device=self.device, precision=self.precision,
                                metrics_fn=self.metrics_fn, drop_full_masks=True,
                                world_size=self.world_size, seed=self.config.seed)
-
-    # -- checkpoints and resuming -----------------------------------------------------------------------
-
-    def state_dict(self) -> dict[str, Any]:
-        """Everything a resumed run needs, in weights_only-loadable types (gathers every rank's RNG state)."""
-        rng = [{k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in state.items()}
-               for state in distributed.gathered(rng_state(self.device), self.world_size)]
-        model_config = getattr(self.model, "config", None)
-        return {
-            "step": self.step, "epoch": self.stream.epoch, "position": self.stream.position,
-            "max_steps": self.max_steps, "world_size": self.world_size, "sampler": self.batch_sampler.settings(),
-            "model": self.model.state_dict(), "model_class": type(self.model).__name__,
-            "model_config": model_config.to_dict() if hasattr(model_config, "to_dict") else None,
-            "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-            "scaler": self.scaler.state_dict() if self.scaler else None, "rng": rng,
-            "config": self.config.to_dict(), "history": [dict(r) for r in self.history.records],
-            **self.log.state_dict(),
-            "deadline": None if self.deadline is None else {
-                **self.deadline.state(), "relaid": None if self._relaid is None else self._relaid.state()},
-        }
-
-    def save_checkpoint(self) -> Path:
-        """Write out_dir/checkpoint-{step}.pt atomically (rank 0) and prune to keep_checkpoints; returns the path
-        once the file is written."""
-        return self._save(wait=True)
-
-    def _save(self, wait: bool) -> Path:
-        """Start writing this step's checkpoint in the background (rank 0); with `wait`, finish it before returning."""
-        if self.config.out_dir is None:
-            raise ValueError("save_checkpoint() needs TrainingConfig.out_dir")
-        state = self.state_dict()  # every rank takes part (RNG gather)
-        path = Path(self.config.out_dir) / checkpoint.checkpoint_name(self.step)
-        if self.is_main:
-            self.writer.start(state, path)
-        distributed.barrier(self.world_size)
-        if wait and self.is_main:
-            self.writer.finish()
-        return path
-
-    def load_checkpoint(self, path: str | Path) -> None:
-        """Restore model, optimizer, scheduler, scaler, RNG states, data position and history from `path`."""
-        self._restore(checkpoint.load_checkpoint(path), Path(path))
-        self._started = True
-
-    def _start(self) -> None:
-        """Resume from out_dir's newest intact checkpoint, or seed a fresh run."""
-        self._started = True
-        found = None if self.config.out_dir is None else resume.checkpoint_to_resume(Path(self.config.out_dir),
-                                                                                      self.config.resume)
-        if found is None:
-            seed_everything(self.config.seed + self.rank)
-            return
-        self._restore(found[1], found[0])
-        distributed.barrier(self.world_size)  # every process has read its checkpoints before any is renamed
-        if self.is_main:
-            set_aside = resume.set_aside_unreadable(found[0])
-            # as the next save would: a run killed while pruning left one too many, and may have no step left to save
-            checkpoint.prune_checkpoints(found[0].parent, self.config.keep_checkpoints, up_to=self.step)
-            print(resume.resumed_line(found[0], self.step, set_aside))  # a summary line, with or without progress bars
-
-    def _restore(self, state: dict[str, Any], path: Path) -> None:
-        """Check that `state` fits this run (refusing other batching or optimizer settings), then load it. A
-        time-budgeted run goes on with the checkpoint's last step and clock, as its re-fits left them."""
-        budgeted = state.get("deadline") if self.deadline is not None else None
-        if budgeted is not None:
-            most = self.deadline.most if self.deadline.most is not None else state["max_steps"]
-            self.config = dataclasses.replace(self.config, max_steps=min(state["max_steps"], most))
-            self.deadline.load_state(budgeted)
-            self._relaid = None if budgeted["relaid"] is None else Relaid(*budgeted["relaid"])
-        resume.refuse_other_settings(state, path, self.config.to_dict(), self.batch_sampler.settings(),
-                                     self.world_size, self.max_steps)
-        resume.load_weights(self.model, state["model"], path)
-        resume.load_optimizer_state(self.optimizer, state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        schedule_at(self.scheduler, self.scheduler.last_epoch)  # this run's schedule (max_steps may have changed)
-        if self.scaler is not None and state["scaler"] is not None:
-            self.scaler.load_state_dict(state["scaler"])
-        self.step = state["step"]
-        self.stream.seek(state["epoch"], state["position"])
-        self.history = History([dict(r) for r in state["history"]])
-        self.log.load_state_dict(state)
-        set_rng_state(state["rng"][self.rank], self.device)
 
     def _stop_workers(self) -> None:
         """Stop the training batches' worker processes and the held-out batches'."""

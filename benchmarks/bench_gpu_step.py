@@ -4,7 +4,9 @@ On one CUDA GPU, in one run: a raw training step (forward, backward, fused AdamW
 it natively, else fp16 with a gradient scaler) of transformers' BertForPreTraining (sdpa attention) and of
 bertlib's (its MLM head at fixed-size prediction positions), both eager and under torch.compile, on the same
 packed batch with the same weights; then `python -m bertlib.pretrain` itself for --cli-minutes, whose median
-tokens/s is set against bertlib's raw step, and whose "took" line says how well --minutes held. Each figure is
+tokens/s is set against bertlib's raw step, and whose "took" line says how well --minutes held; on a GPU the
+command runs under torch.cuda.set_sync_debug_mode("warn"), and the line after it counts the host syncs it warned
+of, beside the steps the run made and its logging steps (where the loop reads on purpose). Each figure is
 tokens per second over the timed steps, with the MFU it makes (bertlib.training.throughput: nanoGPT's estimate,
 for the work each arm does: transformers' MLM head scores every position, bertlib's the prediction positions).
 Every arm trains with the same dropout (--dropout, 0.1 as BERT and the gpu recipe do).
@@ -80,14 +82,21 @@ def tokens_per_second(step: Callable[[], None], tokens: int, warmup: int, steps:
     return tokens * steps / (time.perf_counter() - start)
 
 
+# `python -m bertlib.pretrain`, with every synchronizing CUDA call warned of, each time (on a GPU).
+COUNTING_SYNCS = ("import sys, warnings, torch; from bertlib.pretraining.cli import main; "
+                  "warnings.simplefilter('always'); "
+                  "torch.cuda.is_available() and torch.cuda.set_sync_debug_mode('warn'); sys.exit(main(sys.argv[1:]))")
+SYNC_WARNING = "called a synchronizing CUDA operation"
+
+
 def through_the_command(args: argparse.Namespace) -> tuple[float | None, str]:
-    """Median tokens/s that `python -m bertlib.pretrain` logs for --cli-minutes, and its budget line."""
+    """Median tokens/s that `python -m bertlib.pretrain` logs for --cli-minutes, and its budget and sync lines."""
     with tempfile.TemporaryDirectory(prefix="bench-gpu-") as folder:
-        command = [sys.executable, "-m", "bertlib.pretrain", "--recipe", "gpu", "--objective", "mlm",
+        command = [sys.executable, "-c", COUNTING_SYNCS, "--recipe", "gpu", "--objective", "mlm",
                    "--corpus", "sample", "--out", f"{folder}/run", "--config", args.config,
                    "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len),
                    "--vocab-size", str(args.vocab_size), "--dropout", str(args.dropout),
-                   "--minutes", str(args.cli_minutes), "--no-progress", "--device", args.device]
+                   "--minutes", str(args.cli_minutes), "--no-progress", "--device", args.device, "--log-every", "10"]
         command += ["--compile" if args.compile else "--no-compile"]  # as the raw steps it is compared with
         done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -97,7 +106,11 @@ def through_the_command(args: argparse.Namespace) -> tuple[float | None, str]:
     took = next((line for line in done.stdout.splitlines() if " took " in line), "no budget line")
     if vocabulary and int(vocabulary.group(1)) != args.vocab_size:
         took += f" (its vocabulary has {vocabulary.group(1)} tokens, the raw steps' {args.vocab_size})"
-    return (float(median.group(1).replace(",", "")) if median else None), took
+    steps = re.search(r"done: step (\d+)", done.stdout)
+    syncs = ("host syncs: not counted (no CUDA GPU)" if args.device != "cuda" else
+             f"host syncs: {done.stderr.count(SYNC_WARNING)} warned of by torch.cuda.set_sync_debug_mode('warn') "
+             f"in {steps.group(1) if steps else '?'} steps, logging every 10 (the probe's steps included)")
+    return (float(median.group(1).replace(",", "")) if median else None), f"{took}\n  {syncs}"
 
 
 def main() -> int:

@@ -95,6 +95,8 @@ def step_benchmark(cpu: bool) -> list[tuple[str, str, bool]]:
     share = re.search(r"s budget \((\d+)%\)", took)  # "took 58.9 s of its 60 s budget (98%), 1 re-fit"
     on_time = share is not None and (cpu or abs(int(share.group(1)) - 100) <= 5)  # a CPU's tiny budget: shown only
     rows.append(("--minutes against its budget", took + ("" if cpu else " (within 5% passes)"), on_time))
+    syncs = next((line.strip() for line in lines if "host syncs: " in line), "host syncs: no line")
+    rows.append(("host syncs of the command", syncs.removeprefix("host syncs: ") + " (shown, not judged)", True))
     ratio = re.search(r"command / raw bertlib step \((\w+)\) ([\d.]+)", lines[-1])
     fast = ratio is not None and (cpu or float(ratio.group(2)) >= 0.9)
     rows.append(("ratios", lines[-1].removeprefix("ratios: ") + ("" if cpu else " (the command at 0.90 or more "

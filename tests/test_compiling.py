@@ -162,6 +162,6 @@ def test_compiling_raises_the_recompile_limit_to_a_graph_per_width_and_mode(monk
     compile_with(monkeypatch, counting([]))
     limits = torch._dynamo.config
     name = "recompile_limit" if hasattr(limits, "recompile_limit") else "cache_size_limit"
-    monkeypatch.setattr(limits, name, 8)
-    CompiledOrEager(classifier())
-    assert getattr(limits, name) == compiling.GRAPHS
+    with limits.patch(**{name: 8}):  # dynamo's own way to change its settings for a while (and to put them back)
+        CompiledOrEager(classifier())
+        assert getattr(limits, name) == compiling.GRAPHS

@@ -395,6 +395,7 @@ def test_accumulation_over_more_batches_than_the_data_has_is_refused_before_anyt
     assert Trainer(classifier(), quiet(max_steps=1, batch_size=4, accumulation_steps=2), data, stack).train().records
 
 
+@needs_fused_cpu_adamw
 def test_a_non_finite_loss_found_on_a_logging_step_rolls_back_to_the_step_before_it():
     """Steps are read only on logging steps; the updates from the bad step on were skipped on the device."""
     settings = dict(batch_size=4, lr=1e9, warmup_steps=0, shuffle=False, seed=3)

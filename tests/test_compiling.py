@@ -16,6 +16,7 @@ from ddp_worker import classification_data, classifier, stack
 
 from bertlib.training import Trainer, TrainingConfig, compiling
 from bertlib.training.compiling import CompiledOrEager, choose_compile
+from bertlib.training.deadline import Deadline
 from bertlib.training.time_budget import fit_steps_to_budget
 
 REAL_COMPILE = torch.compile
@@ -165,3 +166,31 @@ def test_compiling_raises_the_recompile_limit_to_a_graph_per_width_and_mode(monk
     with limits.patch(**{name: 8}):  # dynamo's own way to change its settings for a while (and to put them back)
         CompiledOrEager(classifier())
         assert getattr(limits, name) == compiling.GRAPHS
+
+
+def test_a_step_that_compiles_a_graph_is_not_taken_for_the_machine_s_speed(monkeypatch):
+    """A new padded width compiles a graph mid-run (here 10 s at step 51); the deadline sets that step's time aside,
+    so the speed it re-fits the end with stays the 0.1 s a step takes (counted, it would read about 2 s a step)."""
+    clock = FakeClock()
+    compile_with(monkeypatch, counting([], on_compile=lambda: clock.advance(10.0)))
+    long = classification_data(200)
+    short = [{key: value[:8] if value.dim() else value for key, value in item.items()} for item in long]
+
+    def collate(items):
+        clock.advance(0.1)  # a step's work
+        return stack(items)
+
+    deadline, refits = Deadline(30, clock=clock), []
+    refit = deadline.refit
+
+    def noted(step, *args):
+        refits.append((step, refit(step, *args)))
+        return refits[-1][1]
+
+    monkeypatch.setattr(deadline, "refit", noted)
+    trainer = Trainer(classifier(), quiet(max_steps=100, compile=True, shuffle=False, log_every=5), long + short,
+                      collate, deadline=deadline)
+    trainer.train()
+    moves = [(step, move.seconds_per_step) for step, move in refits if move is not None]
+    assert any(step > 51 for step, _ in moves), moves  # a re-fit came after the compile at step 51
+    assert all(per_step <= 0.1 + 1e-9 for _, per_step in moves), moves

@@ -84,6 +84,12 @@ class CompiledOrEager(nn.Module):
             return output
 
 
+def graphs_compiled() -> int:
+    """Graphs torch.compile has compiled in this process so far (dynamo's own count): a step during which it grew
+    compiled one (a new padded width, a recompile), which a time budget sets aside."""
+    return torch._dynamo.utils.counters["stats"]["unique_graphs"]
+
+
 def _why(error: Exception) -> str:
     """The error's type and the first line of what caused it: torch.compile wraps a compiler's own error (a
     missing compiler, Triton on an old GPU) in one whose first line only says which backend raised it."""

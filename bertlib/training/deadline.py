@@ -113,6 +113,10 @@ class Deadline:
             self._aside += seconds
             setattr(self, kind, seconds)
 
+    def exclude(self, seconds: float) -> None:
+        """Seconds of a step that compiled a graph (a new padded width): spent, but not the machine's speed."""
+        self._aside += seconds
+
     def refit(self, step: int, last_step: int, eval_every: int | None, checkpoint_every: int | None,
               agree: Callable[[list[float]], list[float]] = lambda values: values) -> Refit | None:
         """At a logging step: the run's new last step if the speed since the last check moves it by more than the

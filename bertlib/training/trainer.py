@@ -28,7 +28,7 @@ import math
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,7 @@ from tqdm.auto import tqdm
 from bertlib.training import batches, checkpoint, distributed, resume
 from bertlib.training.batches import TOKENS, Batch, BatchStream
 from bertlib.training.checkpoint_writer import CheckpointWriter
-from bertlib.training.compiling import CompiledOrEager
+from bertlib.training.compiling import CompiledOrEager, graphs_compiled
 from bertlib.training.config import TrainingConfig
 from bertlib.training.deadline import Deadline
 from bertlib.training.devices import pick_device
@@ -165,7 +165,8 @@ class Trainer(TrainerState):
             try:
                 while self.step < self._target(stop_at):  # a re-fit may move the last step
                     started = time.perf_counter()
-                    self._train_step()
+                    with self._compiling_set_aside():
+                        self._train_step()
                     self.step += 1
                     bar.update(1)
                     self._after_step(started, self._target(stop_at), bar)
@@ -270,6 +271,18 @@ class Trainer(TrainerState):
             raise self.stop.interrupt(self.step, cfg.out_dir)
         if log_now and not at_end and self.deadline is not None:
             self._refit(bar)
+
+    @contextlib.contextmanager
+    def _compiling_set_aside(self) -> Iterator[None]:
+        """A step that compiled a graph (a new padded width) took time, but says nothing of the machine's speed:
+        the deadline sets its time aside."""
+        if self.deadline is None or not self.config.compile:
+            yield
+            return
+        graphs, began = graphs_compiled(), self.deadline.clock()
+        yield
+        if graphs_compiled() > graphs:
+            self.deadline.exclude(self.deadline.clock() - began)
 
     def _set_aside(self, kind: str) -> contextlib.AbstractContextManager:
         """Time an evaluation or a checkpoint for the deadline (it is not a training step)."""

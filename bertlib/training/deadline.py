@@ -8,10 +8,11 @@
 busier later (another program starts, a laptop throttles) makes that run overrun; one that was busy during the
 probe makes it stop short. So at each logging step (the step log was just read: the device has caught up), the
 Deadline takes the seconds per step of the recent steps (those of the last `span` seconds, 10% of the budget;
-evaluations and checkpoints set aside) and counts the steps that fit in the budget left, with the latest
-evaluation's and checkpoint's cost paid for each one still to come. Where that moves the run's end by more than
-2% of the budget and 5% of the time left (so that the noise of a few steps moves nothing), the Trainer moves its
-last step there and re-lays its decay from where the learning rate stands (schedule.Relaid: no jump). A re-fit
+evaluations, checkpoints and the steps that compiled a graph set aside) and counts the steps that fit in the
+budget left, with the latest evaluation's and checkpoint's cost paid for each one still to come. Where that moves
+the run's end by more than 2% of the budget and 5% of the time left (so that the noise of a few steps moves
+nothing), the Trainer moves its last step there and re-lays its decay from where the learning rate stands
+(schedule.Relaid: no jump). A re-fit
 that moves the end by 10% or more from the end last announced prints one line; the line at the end of the run
 counts every re-fit and says where the end went from the probe's.
 

@@ -113,7 +113,7 @@ def _probe(init: str | Path, names: Sequence[str], train_texts: Sequence[str], t
     classifier.predict(sample, batch_size=2 * settings.batch_size)
     seconds_per_comment = (time.perf_counter() - start) / len(sample)
     return _Plan(budget.steps, budget.seconds_per_step, seconds_per_comment, budget.seconds_compiling,
-                 compiles and budget.compile_failure is None)
+                 budget.compiles)
 
 
 def _epoch_steps(comments: int, batch_size: int) -> int:

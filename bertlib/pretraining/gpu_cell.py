@@ -183,8 +183,7 @@ def _steps(settings: GpuCellSettings, rerun: bool, model: BertForPreTraining, co
                                  metrics_fn=pretraining_metrics, eval_dataset=held_out, batch_sampler=batches)
     print(f"{budget.line()}; re-fit as it trains if the GPU's speed changes")
     atomic_write(steps_file, lambda path: path.write_text(json.dumps({"steps": budget.steps})))
-    compiles = config.compile and budget.compile_failure is None
-    return dataclasses.replace(config, max_steps=budget.steps, compile=compiles), budget.deadline()
+    return dataclasses.replace(config, max_steps=budget.steps, compile=budget.compiles), budget.deadline()
 
 
 def pretrain_on_gpu(settings: GpuCellSettings, device: torch.device) -> GpuPretraining:

@@ -438,7 +438,7 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
             print(f"--minutes {args.minutes:g}: {budget.line()}; re-fit as it trains if the machine's speed changes")
         args.steps = settings["steps"] = budget.steps
         training = dataclasses.replace(training, max_steps=budget.steps,
-                                       compile=training.compile and budget.compile_failure is None)
+                                       compile=budget.compiles)
         deadline = budget.deadline()
     trainer = Trainer(model, training, train, collate, eval_dataset=evaluation, metrics_fn=pretraining_metrics,
                       batch_sampler=batch_sampler, deadline=deadline)

@@ -68,7 +68,8 @@ class StepBudget:
     evaluations: int = 0  # of the chosen run
     checkpoints: int = 0
     seconds_compiling: float = 0.0  # torch.compile's first graphs, reserved once (0: eager)
-    compile_failure: str | None = None  # why compiling failed in the probe: the run should go eager
+    compile_failure: str | None = None  # why compiling failed in the probe
+    compiles: bool = False  # whether the run should compile: asked for, and the probe's compile worked
 
     def deadline(self) -> Deadline:
         """The clock that keeps the run on this budget as it trains, starting from what the probe measured."""
@@ -241,4 +242,5 @@ def fit_steps_to_budget(model: nn.Module, config: TrainingConfig, train_dataset:
     checkpoints = ((steps // config.checkpoint_every if config.checkpoint_every else 0) + 1
                    if config.out_dir is not None else 0)
     return StepBudget(steps, per_step, seconds, probe_steps, minimum, maximum, evaluation, saving, evaluations,
-                      checkpoints, probed.compiling, probed.compile_failure)
+                      checkpoints, probed.compiling, probed.compile_failure,
+                      config.compile and probed.compile_failure is None)

@@ -27,6 +27,7 @@ import os
 import platform
 import shlex
 import sys
+import tempfile
 import time
 from collections import Counter
 from datetime import datetime, timezone
@@ -35,11 +36,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from filelock import FileLock
 
 from bertlib.basics import atomic_write, shown_path
 from bertlib.data import load_comments, sample_dir, task_labels
 from bertlib.finetuning import FineTuneConfig, ToxicityClassifier, drop_duplicate_texts
 from bertlib.finetuning.payoff import Arm, compare_arms, control_key, paired_gain, repeated_splits
+from bertlib.pretraining.adapt import adapted_start
 from bertlib.text.cleaning import clean_text
 
 HERE = Path(__file__).resolve().parent
@@ -60,6 +63,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-len", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--steps", type=int, default=100, help="fine-tuning steps per run")
+    parser.add_argument("--patience", type=int, default=None,
+                        help="early stopping: validation losses (every --eval-every steps) without a new best")
+    parser.add_argument("--eval-every", type=int, default=None, help="steps between validation losses")
+    parser.add_argument("--freeze-encoder", action="store_true",
+                        help="train the pooler and the head only (a probe of the encoder), every arm alike")
+    parser.add_argument("--adapt-steps", type=int, default=None,
+                        help="first go on with MLM for this many steps on each split's unlabelled training and "
+                             "validation comments (task-adaptive pretraining), every --init folder; controls stay "
+                             "random")
     parser.add_argument("--data", default=None, help="comments in the Jigsaw schema (default: the course's sample)")
     parser.add_argument("--task", choices=("multilabel", "binary"), default="multilabel",
                         help="notebook 07's six labels (scored where a test part has 10 positives), or any toxic")
@@ -97,6 +109,19 @@ def read_results(path: Path) -> dict:
     return results
 
 
+def pretrained_arm(name: str, folder: Path, label_names: list[str], config: FineTuneConfig,
+                   args: argparse.Namespace, work: Path) -> Arm:
+    """The arm that fine-tunes `folder`'s weights; with --adapt-steps, adapted first to each split's text (the
+    adapted folders are written under `work`)."""
+    def classifier(weights: Path) -> ToxicityClassifier:
+        return ToxicityClassifier.from_checkpoint(weights, label_names, max_len=args.max_len, verbose=False)
+
+    if args.adapt_steps is None:
+        return Arm(name, lambda: classifier(folder), config)
+    return Arm(name, adapted_start(folder, classifier, work / control_key(folder) / name, steps=args.adapt_steps),
+               config, reads_text=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     command = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0]), *sys.argv[1:]])
@@ -106,7 +131,10 @@ def main(argv: list[str] | None = None) -> None:
             if not (folder / needed).is_file():
                 raise SystemExit(f"--init {folder}: no {needed}; give a folder that bertlib.model.hf.save_pretrained "
                                  "wrote (python -m bertlib.pretrain writes one as OUT/pretrained)")
+    if args.patience is not None and args.eval_every is None:
+        raise SystemExit("--patience counts validation losses: give --eval-every too")
     torch.set_num_threads(args.threads)
+    work = tempfile.TemporaryDirectory(prefix="payoff-adapted-")  # --adapt-steps' folders, removed at the end
     comments = load_comments(args.data)
     frame = comments.frame[comments.frame["comment_text"].str.strip() != ""].reset_index(drop=True)
     label_names, labels = task_labels(frame, args.task)
@@ -119,9 +147,12 @@ def main(argv: list[str] | None = None) -> None:
           f"{args.seeds} seeds; learning rates {args.lrs}; task {args.task}", flush=True)
 
     arms, family = [Arm.tfidf(TFIDF)], {TFIDF: TFIDF}  # arm -> its family: a folder, a control or TF-IDF
-    labels = {folder: folder_label(folder) for folder in args.init}
-    alike = Counter(labels.values())
-    labels = {folder: label if alike[label] == 1 else f"{label} ({folder})" for folder, label in labels.items()}
+    shown = {folder: folder_label(folder) for folder in args.init}  # how the results name each folder
+    alike = Counter(shown.values())
+    shown = {folder: name if alike[name] == 1 else f"{name} ({folder})" for folder, name in shown.items()}
+    if args.adapt_steps is not None:
+        shown = {folder: f"{name}, + {args.adapt_steps} MLM steps on the split's comments"
+                 for folder, name in shown.items()}
     control_of = {folder: f"random init ({control_key(folder)})" for folder in args.init}  # same config + vocab
     controls: dict[str, Path] = {}  # the first folder of each control builds it
     for folder in args.init:
@@ -130,61 +161,70 @@ def main(argv: list[str] | None = None) -> None:
         control = control_of[folder]
         for lr in args.lrs:
             config = FineTuneConfig(max_len=args.max_len, batch_size=args.batch_size, max_steps=args.steps, lr=lr,
-                                    pos_weight_cap=10.0, progress=False)
-            name = f"{labels[folder]}, lr {lr:g}"
-            family[name] = labels[folder]
-            arms.append(Arm(name, lambda folder=folder: ToxicityClassifier.from_checkpoint(
-                folder, label_names, max_len=args.max_len, verbose=False), config))
+                                    pos_weight_cap=10.0, progress=False, patience=args.patience,
+                                    eval_every=args.eval_every, freeze_encoder=args.freeze_encoder)
+            name = f"{shown[folder]}, lr {lr:g}"
+            family[name] = shown[folder]
+            arms.append(pretrained_arm(name, folder, label_names, config, args, Path(work.name)))
             if controls[control] == folder:
                 family[f"{control}, lr {lr:g}"] = control
                 arms.append(Arm(f"{control}, lr {lr:g}", lambda folder=folder: ToxicityClassifier.untrained(
                     folder, label_names, max_len=args.max_len), config))
     start = time.perf_counter()
-    scores = compare_arms(arms, texts, labels, label_names, splits, list(range(args.seeds)))
+    try:
+        scores = compare_arms(arms, texts, labels, label_names, splits, list(range(args.seeds)))
+    finally:
+        work.cleanup()
     minutes = (time.perf_counter() - start) / 60
     scores["family"] = scores["arm"].map(family)
-    scores_file = args.out.with_name(f"{args.out.stem}_run{len(results['runs']) + 1}_scores.csv")
-    scores.to_csv(scores_file, index=False)  # every run's numbers first: nothing below can lose them
-    print(f"every run's scores: {scores_file}")
+    with FileLock(f"{args.out}.lock"):  # runs side by side append to the same file: each reads it afresh
+        results = read_results(args.out)
+        scores_file = args.out.with_name(f"{args.out.stem}_run{len(results['runs']) + 1}_scores.csv")
+        scores.to_csv(scores_file, index=False)  # every run's numbers first: nothing below can lose them
+        print(f"every run's scores: {scores_file}")
 
-    by_arm = scores.groupby(["family", "arm"]).agg(val_roc_auc=("val_roc_auc", "mean"), roc_auc=("roc_auc", "mean"),
-                                                   sd=("roc_auc", "std"))
-    print(by_arm.round(3).to_string())
-    unscored = by_arm.groupby(level="family")["val_roc_auc"].count().loc[lambda counts: counts == 0]
-    if len(unscored):
-        raise SystemExit(f"no validation ROC-AUC for {', '.join(unscored.index)}: too few validation positives "
-                         "to choose a learning rate on; use more comments (--data) or a larger validation part")
-    chosen = by_arm.reset_index().set_index("arm").groupby("family")["val_roc_auc"].idxmax()  # its best rate
-    n_train, n_test = len(splits[0].train), len(splits[0].test)
-    gains = []
-    for folder in args.init:
-        arm, control = chosen[labels[folder]], chosen[control_of[folder]]
-        for other in (control, TFIDF):
-            gain = paired_gain(scores, arm, other, n_train, n_test)
-            gains.append({"arm": arm, "against": other, "mean": gain.mean, "low": gain.low, "high": gain.high,
-                          "per_split": gain.per_split.tolist(), "verdict": gain.outcome(pretraining=other != TFIDF)})
-            print(gain.line(pretraining=other != TFIDF))
-    run = {
-        "command": command, "note": args.note, "when": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "data": comments.source, "comments": len(texts), "toxic": int(labels.sum()),
-        "split": {"splits": args.splits, "seeds": args.seeds, "split_seed": args.split_seed,
-                  "train": n_train, "val": len(splits[0].val), "test": n_test},
-        "task": args.task,
-        "finetuning": {"max_len": args.max_len, "batch_size": args.batch_size, "steps": args.steps, "lrs": args.lrs},
-        "scores": scores_file.name,
-        "arms": [{"family": group, "arm": arm, "val_roc_auc": round(row.val_roc_auc, 4),
-                  "test_roc_auc": round(row.roc_auc, 4), "test_sd": round(row.sd, 4) if pd.notna(row.sd) else None,
-                  "chosen": arm in set(chosen)} for (group, arm), row in by_arm.iterrows()],
-        "gains": [{key: (round(value, 4) if isinstance(value, float) else value) for key, value in gain.items()}
-                  for gain in gains],
-        "minutes": round(minutes, 1),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, {args.threads} torch threads, "
-                   f"torch {torch.__version__}, load average {os.getloadavg()[0]:.1f}",
-    }
-    results["runs"].append(run)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(results, indent=1) + "\n"
-    atomic_write(args.out, lambda path: path.write_text(text, encoding="utf-8"))
+        by_arm = scores.groupby(["family", "arm"]).agg(val_roc_auc=("val_roc_auc", "mean"), roc_auc=("roc_auc", "mean"),
+                                                       sd=("roc_auc", "std"))
+        print(by_arm.round(3).to_string())
+        unscored = by_arm.groupby(level="family")["val_roc_auc"].count().loc[lambda counts: counts == 0]
+        if len(unscored):
+            raise SystemExit(f"no validation ROC-AUC for {', '.join(unscored.index)}: too few validation positives "
+                             "to choose a learning rate on; use more comments (--data) or a larger validation part")
+        chosen = by_arm.reset_index().set_index("arm").groupby("family")["val_roc_auc"].idxmax()  # its best rate
+        n_train, n_test = len(splits[0].train), len(splits[0].test)
+        gains = []
+        for folder in args.init:
+            arm, control = chosen[shown[folder]], chosen[control_of[folder]]
+            for other in (control, TFIDF):
+                gain = paired_gain(scores, arm, other, n_train, n_test)
+                gains.append({"arm": arm, "against": other, "mean": gain.mean, "low": gain.low, "high": gain.high,
+                              "per_split": gain.per_split.tolist(),
+                              "verdict": gain.outcome(pretraining=other != TFIDF)})
+                print(gain.line(pretraining=other != TFIDF))
+        run = {
+            "command": command, "note": args.note, "when": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "data": comments.source, "comments": len(texts), "toxic": int(labels.sum()),
+            "split": {"splits": args.splits, "seeds": args.seeds, "split_seed": args.split_seed,
+                      "train": n_train, "val": len(splits[0].val), "test": n_test},
+            "task": args.task,
+            "finetuning": {"max_len": args.max_len, "batch_size": args.batch_size, "steps": args.steps, "lrs": args.lrs,
+                           "patience": args.patience, "eval_every": args.eval_every,
+                           "freeze_encoder": args.freeze_encoder},
+            "adapt_steps": args.adapt_steps,
+            "scores": scores_file.name,
+            "arms": [{"family": group, "arm": arm, "val_roc_auc": round(row.val_roc_auc, 4),
+                      "test_roc_auc": round(row.roc_auc, 4), "test_sd": round(row.sd, 4) if pd.notna(row.sd) else None,
+                      "chosen": arm in set(chosen)} for (group, arm), row in by_arm.iterrows()],
+            "gains": [{key: (round(value, 4) if isinstance(value, float) else value) for key, value in gain.items()}
+                      for gain in gains],
+            "minutes": round(minutes, 1),
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, {args.threads} torch threads, "
+                       f"torch {torch.__version__}, load average {os.getloadavg()[0]:.1f}",
+        }
+        results["runs"].append(run)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(results, indent=1) + "\n"
+        atomic_write(args.out, lambda path: path.write_text(text, encoding="utf-8"))
     best = max(gains, key=lambda g: g["mean"] if "random init" in g["against"] else -np.inf)
     print(f"{minutes:.1f} min; run {len(results['runs'])} -> {args.out}")
     print(f"best pretrained-minus-control gain: {best['mean']:+.3f} [{best['low']:+.3f}, {best['high']:+.3f}] "

@@ -12,7 +12,15 @@ from scipy import stats
 
 from bertlib import BertConfig, BertForPreTraining, data, hf
 from bertlib.finetuning import FineTuneConfig, ToxicityClassifier
-from bertlib.finetuning.payoff import Arm, compare_arms, paired_gain, repeated_splits, welch_interval
+from bertlib.finetuning.payoff import (
+    Arm,
+    compare_arms,
+    control_key,
+    paired_gain,
+    repeated_splits,
+    verdict,
+    welch_interval,
+)
 from conftest import benchmark_script
 
 
@@ -65,8 +73,9 @@ def test_the_gain_is_the_mean_over_splits_with_the_nadeau_bengio_interval():
     assert gain.mean == pytest.approx(np.mean(gains))
     half = stats.t.ppf(0.975, 4) * math.sqrt(np.var(gains, ddof=1) * (1 / 5 + 100 / 200))
     assert (gain.low, gain.high) == pytest.approx((np.mean(gains) - half, np.mean(gains) + half))
-    assert gain.verdict == "helped" and gain.seeds == 2
-    assert "5 of 5 splits" in gain.line() and "pretraining helped" in gain.line()
+    assert gain.outcome() == "pretraining helped" and gain.seeds == 2
+    assert gain.line() == (f"pretrained: ahead of control on 5 of 5 splits, {gain.mean:+.3f} mean test ROC-AUC, 95% "
+                           f"interval [{gain.low:+.3f}, {gain.high:+.3f}] (5 splits x 2 seeds): pretraining helped")
 
 
 def test_the_correction_widens_the_interval_beyond_the_plain_t_interval():
@@ -76,13 +85,20 @@ def test_the_correction_widens_the_interval_beyond_the_plain_t_interval():
     assert corrected.high - corrected.mean > plain_half
 
 
-def test_verdicts_below_zero_and_across_zero():
-    assert paired_gain(_scores([-0.05, -0.04, -0.06]), "pretrained", "control", 200, 100).verdict == "hurt"
-    unclear = paired_gain(_scores([0.05, -0.04, 0.01]), "pretrained", "control", 200, 100)
-    assert unclear.verdict == (f"cannot be told from zero with this sample (a gain under about "
-                               f"±{(unclear.high - unclear.low) / 2:.3f} would not show)")
-    assert unclear.outcome().startswith("the gain of pretraining cannot be told from zero")
-    assert unclear.outcome(pretraining=False).startswith("the difference cannot be told from zero")
+def test_verdicts_say_the_direction_first_then_what_the_interval_adds():
+    hurt = paired_gain(_scores([-0.05, -0.04, -0.06]), "pretrained", "control", 200, 100)
+    assert hurt.outcome() == "pretraining hurt"
+    assert hurt.line().startswith("pretrained: behind control on 3 of 3 splits, -0.050 mean test ROC-AUC")
+    unclear = paired_gain(_scores([0.05, -0.04, 0.02]), "pretrained", "control", 200, 100)
+    assert unclear.direction == "ahead of" and unclear.splits_that_way == 2
+    assert unclear.outcome() == (f"not clear of zero (a gain under about ±{(unclear.high - unclear.low) / 2:.3f} "
+                                 "would not show with this sample)")
+    assert unclear.line().startswith("pretrained: ahead of control on 2 of 3 splits")
+    behind_everywhere = paired_gain(_scores([-0.1, -0.01, -0.05]), "pretrained", "control", 200, 100)
+    assert behind_everywhere.high > 0  # across zero, yet the line says first that it is behind on every split
+    assert behind_everywhere.line().startswith("pretrained: behind control on 3 of 3 splits")
+    assert behind_everywhere.line().endswith("would not show with this sample)")
+    assert verdict(0.01, 0.2) == "pretraining helped" and verdict(-0.2, -0.01, pretraining=False) == "behind"
 
 
 def test_an_arm_against_tfidf_averages_the_seeds_of_each_split_first():
@@ -123,7 +139,7 @@ def test_compare_arms_runs_every_arm_on_every_split_and_seed(tmp_path):
 def test_against_another_kind_of_model_the_line_says_ahead_or_behind_not_what_pretraining_did():
     gain = paired_gain(_scores([0.0, -0.02, -0.04]), "arm", "tfidf", 200, 100)  # 0.805 on every split, TF-IDF 0.9
     assert gain.line(pretraining=False).endswith(": behind") and "pretraining" not in gain.line(pretraining=False)
-    assert gain.outcome(pretraining=False) == "behind" and gain.outcome() == f"pretraining {gain.verdict}"
+    assert gain.outcome(pretraining=False) == "behind" and gain.outcome() == "pretraining hurt"
 
 
 def test_welchs_interval_is_scipys_and_needs_two_runs_a_side():
@@ -151,3 +167,48 @@ def test_the_search_names_a_folder_by_its_pretraining_or_where_the_course_ships_
     (run / "run.json").unlink()
     assert payoff.folder_label(run / "pretrained") == str(run / "pretrained")
     assert payoff.folder_label(data.sample_dir() / "long_cpu_run" / "pretrained") == "data/long_cpu_run/pretrained"
+
+
+def test_the_search_runs_end_to_end_on_the_sample_and_records_its_gains(tmp_path, capsys):
+    """The command as benchmarks/README gives it, at the smallest sizes: it stopped with a reshape error when its
+    label array was rebound to the folders' names."""
+    payoff = benchmark_script("pretraining_payoff")
+    shipped = data.sample_dir() / "long_cpu_run" / "pretrained"
+    out = tmp_path / "payoff.json"
+    payoff.main(["--init", str(shipped), "--lrs", "1e-3", "--splits", "2", "--seeds", "1", "--steps", "2",
+                 "--max-len", "32", "--task", "binary", "--threads", "1", "--out", str(out)])
+    run = json.loads(out.read_text())["runs"][0]
+    assert [gain["against"] for gain in run["gains"]] == [f"random init ({control_key(shipped)}), lr 0.001",
+                                                          "TF-IDF + LR"]
+    assert all(len(gain["per_split"]) == 2 for gain in run["gains"])
+    scores = pd.read_csv(tmp_path / run["scores"])
+    assert sorted(scores.groupby("arm").size().items()) == [
+        ("TF-IDF + LR", 2), ("data/long_cpu_run/pretrained, lr 0.001", 2),
+        (f"random init ({control_key(shipped)}), lr 0.001", 2)]
+    assert "best pretrained-minus-control gain" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="--eval-every"):
+        payoff.main(["--init", str(shipped), "--patience", "2", "--out", str(out)])
+
+
+def test_an_arm_that_reads_text_gets_the_splits_training_and_validation_comments_never_the_tests(tmp_path):
+    folder = tmp_path / "tiny"
+    words = ["good", "kind", "thanks", "idiot", "stupid", "hate", "the", "page"]
+    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
+    hf.save_pretrained(BertForPreTraining(BertConfig.preset("tiny", vocab_size=13, num_layers=1)), folder,
+                       vocab_file=tmp_path / "vocab.txt")
+    labels = _labels(100, 40)
+    texts = [f"comment {i}" for i in range(len(labels))]
+    seen = []
+
+    def start(unlabelled):
+        seen.append(set(unlabelled))
+        return ToxicityClassifier.untrained(folder, ["toxic"], max_len=16)
+
+    splits = repeated_splits(labels, 2)
+    settings = FineTuneConfig(max_len=16, batch_size=8, max_steps=1, progress=False)
+    compare_arms([Arm("adapted", start, settings, reads_text=True)], texts, labels, ["toxic"], splits, [0, 1],
+                 min_positives=2, progress=False)
+    assert len(seen) == 4  # every split and seed
+    for split, read in zip([s for s in splits for _ in range(2)], seen, strict=True):
+        assert read == {texts[i] for i in [*split.train, *split.val]}
+        assert not read & {texts[i] for i in split.test}

@@ -39,11 +39,15 @@ from bertlib.text.cleaning import clean_text
 
 @dataclass(frozen=True)
 class Arm:
-    """One starting point and how it is fine-tuned; `start` builds a fresh classifier (None: TF-IDF)."""
+    """One starting point and how it is fine-tuned; `start` builds a fresh classifier (None: TF-IDF).
+
+    With reads_text, `start` is called with the split's unlabelled training and validation comments (never the
+    test part's), for a start that first adapts to them (bertlib.pretraining.adapt.adapted_start)."""
 
     name: str
-    start: Callable[[], ToxicityClassifier] | None
+    start: Callable[..., ToxicityClassifier] | None
     config: FineTuneConfig | None = None
+    reads_text: bool = False
 
     @classmethod
     def tfidf(cls, name: str = "TF-IDF + LR") -> Arm:
@@ -128,7 +132,8 @@ def compare_arms(arms: Sequence[Arm], texts: Sequence[str], labels: np.ndarray, 
                     else:
                         config = replace(arm.config or FineTuneConfig(), seed=seed, progress=False)
                         torch.manual_seed(seed)  # the new head (and a control's whole model) drawn from the run's seed
-                        result = fine_tune(arm.start(), label_names, *part["train"], *part["val"], config)
+                        classifier = arm.start(part["train"][0] + part["val"][0]) if arm.reads_text else arm.start()
+                        result = fine_tune(classifier, label_names, *part["train"], *part["val"], config)
                         val_probs = result.val_probs.to_numpy()
                         probs = result.classifier.predict(part["test"][0]).to_numpy()
                     rows.append({"arm": arm.name, "split": k, "seed": seed,
@@ -162,29 +167,37 @@ class Gain:
         return self.low > 0 or self.high < 0
 
     @property
-    def verdict(self) -> str:
-        """'helped' when the interval lies above 0, 'hurt' below, else that this sample cannot tell it from zero
-        (which is not "no effect": a gain smaller than about half the interval's width could hide in it)."""
-        if self.told_from_zero:
-            return "helped" if self.low > 0 else "hurt"
-        return f"cannot be told from zero with this sample (a gain under about ±{self.half_width:.3f} would not show)"
+    def direction(self) -> str:
+        """Which way the mean gain points: 'ahead of', 'behind' or (exactly 0) 'level with' the control."""
+        return "ahead of" if self.mean > 0 else "behind" if self.mean < 0 else "level with"
+
+    @property
+    def splits_that_way(self) -> int:
+        """The splits whose gain points the way the mean does (for a mean of exactly 0: the splits at 0)."""
+        sign = np.sign(self.mean)
+        return int((np.sign(self.per_split) == sign).sum())
 
     def outcome(self, pretraining: bool = True) -> str:
-        """What the interval says: what pretraining did, or (against another kind of model, pretraining=False)
-        whether the arm is ahead."""
-        if pretraining:
-            return f"{'pretraining' if self.told_from_zero else 'the gain of pretraining'} {self.verdict}"
-        if self.told_from_zero:
-            return "ahead" if self.low > 0 else "behind"
-        return f"the difference {self.verdict}"
+        """What the interval adds to the direction: what pretraining did, or (against another kind of model,
+        pretraining=False) that the arm is ahead or behind; across zero, how large a gain could hide in it."""
+        return verdict(self.low, self.high, pretraining)
 
     def line(self, pretraining: bool = True) -> str:
-        """One sentence that states the result with its interval and its outcome."""
-        wins = int((self.per_split > 0).sum())
-        said = self.outcome(pretraining)
-        return (f"{self.arm} against {self.control}: {self.mean:+.3f} mean test ROC-AUC, 95% interval "
-                f"[{self.low:+.3f}, {self.high:+.3f}] over {len(self.per_split)} splits x {self.seeds} seeds "
-                f"(ahead on {wins} of {len(self.per_split)} splits): {said}")
+        """One sentence, direction first: which way the arm went on how many splits, the gain, then the verdict."""
+        return (f"{self.arm}: {self.direction} {self.control} on {self.splits_that_way} of {len(self.per_split)} "
+                f"splits, {self.mean:+.3f} mean test ROC-AUC, 95% interval [{self.low:+.3f}, {self.high:+.3f}] "
+                f"({len(self.per_split)} splits x {self.seeds} seeds): {self.outcome(pretraining)}")
+
+
+def verdict(low: float, high: float, pretraining: bool = True) -> str:
+    """What a 95% interval [low, high] of a gain says: pretraining helped or hurt (against another kind of model,
+    pretraining=False: ahead or behind); across zero, that it is not clear of zero, and how large a gain could hide
+    in it (about half its width): that is not "no effect"."""
+    if low > 0 or high < 0:
+        if pretraining:
+            return "pretraining helped" if low > 0 else "pretraining hurt"
+        return "ahead" if low > 0 else "behind"
+    return f"not clear of zero (a gain under about ±{(high - low) / 2:.3f} would not show with this sample)"
 
 
 def paired_gain(scores: pd.DataFrame, arm: str, control: str, n_train: int, n_test: int,

@@ -50,6 +50,7 @@ class FineTuneConfig:
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
     pos_weight_cap: float | None = None  # e.g. 10: BCE pos_weight = min(negatives / positives, cap) per label
+    freeze_encoder: bool = False  # train the pooler and the head only: a probe of what the encoder's weights hold
     padding: Literal["dynamic", "fixed"] = "dynamic"  # pad to the batch's longest, or always to max_len
     compile: bool = False  # torch.compile the model; dynamic padding then pads to four bucket widths up to max_len
     group_by_length: bool = True  # length-grouped batches (else random ones)
@@ -163,6 +164,10 @@ def fine_tune(
     classifier = init if isinstance(init, ToxicityClassifier) else load_classifier(init, label_names, config)
     if classifier.label_names != list(label_names):
         raise ValueError(f"the classifier predicts {classifier.label_names}, the data has {list(label_names)}")
+    if config.freeze_encoder:
+        bert = classifier.model.bert
+        for part in (bert.embeddings, bert.layers):
+            part.requires_grad_(False)  # frozen parameters stay out of the optimizer (training.optimizer)
     train, collate, training = training_parts(classifier, train_texts, train_labels, config)
     validation = eval_sampler = None
     if val_texts is not None and config.eval_every is not None:

@@ -12,6 +12,10 @@ import pytest
 os.environ.setdefault("BERTLIB_SMOKE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("BERTLIB_DOWNLOADS", "0")  # tests and nbval use the shipped sample, never the hub
+# One torch thread per test process, set before torch is imported (it reads this once, at import), and inherited by
+# the notebook kernels and commands the tests start: on a 2-core machine two threads per process only wait for each
+# other (tests/test_deadline.py with tests/test_compiling.py took 338 s so, 12 s on one thread).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 try:
     from hypothesis import settings

@@ -166,17 +166,6 @@ def tiny_checkpoint_folder(folder: Path, words: list[str]) -> Path:
 
 
 @pytest.fixture
-def one_thread():
-    """Train tiny models on one thread: on a small shared CPU, threads only wait for each other."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture
 def disk_full_halfway(monkeypatch) -> Callable[[], None]:
     """Call it to make Path.write_text write half its text, then fail as a full disk does (errno 28)."""
     real_write_text = Path.write_text

@@ -168,7 +168,7 @@ def test_length_grouping_cuts_padding_on_skewed_lengths():
     assert not np.array_equal(np.concatenate(grouped), np.concatenate(length_grouped_batches(lengths, 32, 50, seed=1)))
 
 
-def test_length_grouped_sampler_feeds_a_dataloader_with_every_comment(one_thread):
+def test_length_grouped_sampler_feeds_a_dataloader_with_every_comment():
     lengths = np.arange(2, 202)
     loader = torch.utils.data.DataLoader(CommentDataset([[2] * n for n in lengths]), collate_fn=PadCollator(),
                                          batch_sampler=LengthGroupedBatchSampler(lengths, 8))
@@ -313,7 +313,7 @@ def test_tfidf_baseline_separates_an_easy_task():
 # -- the classifier -------------------------------------------------------------------------------------
 
 
-def test_export_loads_in_transformers_with_the_same_probabilities(minilm_folder, sample_frame, tmp_path, one_thread):
+def test_export_loads_in_transformers_with_the_same_probabilities(minilm_folder, sample_frame, tmp_path):
     torch.manual_seed(3)
     config = BertConfig.preset("tiny", vocab_size=30522, num_labels=6, label_names=LABELS,
                                problem_type="multi_label_classification")
@@ -338,7 +338,7 @@ def test_export_loads_in_transformers_with_the_same_probabilities(minilm_folder,
     assert json.loads((tmp_path / "classifier.json").read_text())["labels"] == list(LABELS)
 
 
-def test_predictions_do_not_depend_on_batching_or_order(tiny_checkpoint, one_thread):
+def test_predictions_do_not_depend_on_batching_or_order(tiny_checkpoint):
     classifier = ToxicityClassifier.from_checkpoint(tiny_checkpoint, ["toxic", "threat"], verbose=False)
     texts, _ = synthetic_comments(30, seed=4)
     one = classifier.predict(texts, batch_size=64).to_numpy()
@@ -369,7 +369,7 @@ def test_a_vocab_that_is_not_the_models_is_refused(tiny_checkpoint, minilm_folde
         ToxicityClassifier.load(tiny_checkpoint)
 
 
-def test_fine_tuning_learns_a_word_rule(tiny_checkpoint, one_thread):
+def test_fine_tuning_learns_a_word_rule(tiny_checkpoint):
     # 160 steps (13 epochs) at lr 5e-4 on balanced data: ROC-AUC >= 0.997 for 16 seeds of data and training,
     # where 40 steps at 2e-3 on the old, nearly all-toxic data spread 0.56-0.95 (see the report of issue 11).
     texts, labels = synthetic_comments(320, seed=5)
@@ -405,7 +405,7 @@ def test_training_batches_follow_the_padding_setting(padding, group):
     assert [len(b) for b in sampler] == [4] * 8  # a new draw each epoch, every comment once
 
 
-def test_command_line_fine_tunes_saves_and_predicts(tiny_checkpoint, tmp_path, capsys, one_thread):
+def test_command_line_fine_tunes_saves_and_predicts(tiny_checkpoint, tmp_path, capsys):
     texts, labels = synthetic_comments(120, seed=6)
     data = tmp_path / "comments.csv"
     pd.DataFrame({"comment_text": texts, "toxic": labels[:, 0].astype(int)}).to_csv(data, index=False)
@@ -435,7 +435,7 @@ def write_binary_csv(path, n: int = 80, seed: int = 6):
     return path
 
 
-def test_resuming_a_fine_tune_with_other_batching_is_refused(tiny_checkpoint, tmp_path, one_thread):
+def test_resuming_a_fine_tune_with_other_batching_is_refused(tiny_checkpoint, tmp_path):
     texts, labels = synthetic_comments(64, seed=8)
     runs = tmp_path / "checkpoints"
 
@@ -464,7 +464,7 @@ def test_command_line_checks_out_and_the_data_before_training(tiny_checkpoint, t
     assert "--task binary" in capsys.readouterr().err
 
 
-def test_predict_reads_stdin_and_reports_empty_comments(tiny_checkpoint, tmp_path, capsys, monkeypatch, one_thread):
+def test_predict_reads_stdin_and_reports_empty_comments(tiny_checkpoint, tmp_path, capsys, monkeypatch):
     classifier = ToxicityClassifier.from_checkpoint(tiny_checkpoint, ["toxic", "threat"], verbose=False)
     folder = classifier.save(tmp_path / "model")
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"you idiot\n   \ngood article\n")))
@@ -508,7 +508,7 @@ def test_predict_reads_csv_through_the_one_reader_and_names_bad_files(tiny_check
     assert "classifier.json: not valid JSON" in capsys.readouterr().err
 
 
-def test_text_that_is_not_utf8_is_cleaned_as_bertlib_s_tokenizer_cleans_it(tiny_checkpoint, tmp_path, one_thread):
+def test_text_that_is_not_utf8_is_cleaned_as_bertlib_s_tokenizer_cleans_it(tiny_checkpoint, tmp_path):
     from bertlib.text.cleaning import clean_text
     from bertlib.text.wordpiece import WordPieceTokenizer
 

@@ -17,8 +17,6 @@ import torch
 from bertlib.finetuning.run import main as finetune_main
 from conftest import tiny_checkpoint_folder
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models train fastest on one thread of a shared CPU
-
 WORDS = ["good", "nice", "thanks", "article", "source", "page", "edit", "idiot", "stupid", "moron", "you", "are"]
 
 

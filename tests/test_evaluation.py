@@ -245,7 +245,7 @@ def test_baseline_thresholds_and_validation_scores_ignore_the_test_labels():
     assert table.attrs["thresholds_from"] == "validation" and table.attrs["rows"] == 50
 
 
-def test_fine_tune_thresholds_come_from_validation_not_from_test(tiny_checkpoint, one_thread):  # noqa: F811
+def test_fine_tune_thresholds_come_from_validation_not_from_test(tiny_checkpoint):  # noqa: F811
     texts, labels = synthetic_comments(160, seed=5)
     config = FineTuneConfig(batch_size=16, max_steps=6, lr=5e-4, max_len=32, bucket_batches=4, progress=False,
                             bootstrap=50, min_positives=3)
@@ -274,7 +274,7 @@ def validation_loss(result, texts, labels) -> float:
     return torch.nn.functional.binary_cross_entropy_with_logits(logits, torch.from_numpy(labels)).item()
 
 
-def test_early_stopping_stops_when_validation_loss_stops_improving(tiny_checkpoint, one_thread):  # noqa: F811
+def test_early_stopping_stops_when_validation_loss_stops_improving(tiny_checkpoint):  # noqa: F811
     texts, labels = synthetic_comments(96, seed=6)
     # lr 1e-30 moves no float32 weight: the validation loss never beats its first value, so training stops
     # after `patience` more evaluations.
@@ -286,7 +286,7 @@ def test_early_stopping_stops_when_validation_loss_stops_improving(tiny_checkpoi
     assert result.history.frame()["eval_loss"].dropna().index.tolist() == [4, 8, 12]
 
 
-def test_early_stopping_keeps_the_weights_of_the_best_validation_loss(tiny_checkpoint, one_thread):  # noqa: F811
+def test_early_stopping_keeps_the_weights_of_the_best_validation_loss(tiny_checkpoint):  # noqa: F811
     texts, labels = synthetic_comments(96, seed=7)
     # A learning rate far too high: the validation loss jumps about, and the last evaluation is not the best.
     config = FineTuneConfig(batch_size=16, max_steps=30, lr=5e-2, warmup_ratio=0.0, max_len=32, bucket_batches=4,
@@ -313,8 +313,7 @@ def test_json_safe_writes_null_for_nan_and_infinity():
     assert json.loads(text, parse_constant=reject_nan) == {"a": None, "b": [1.5, None], "c": 3, "d": "x"}
 
 
-def test_run_json_is_strict_json_with_null_for_unscorable_metrics(tiny_checkpoint, tmp_path, capsys,  # noqa: F811
-                                                                   one_thread):  # noqa: F811
+def test_run_json_is_strict_json_with_null_for_unscorable_metrics(tiny_checkpoint, tmp_path, capsys):  # noqa: F811
     texts, labels = synthetic_comments(120, seed=9)
     texts, labels = [*texts, texts[0], f" {texts[1]} "], np.vstack([labels, labels[0], labels[1]])
     data = tmp_path / "comments.csv"

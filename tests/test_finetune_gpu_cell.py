@@ -35,7 +35,7 @@ def settings(tmp_path, **changes) -> GpuFineTuneSettings:
 
 
 @pytest.mark.slow
-def test_the_gpu_cell_checkpoints_and_a_rerun_resumes_without_timing_again(tmp_path, capsys, monkeypatch, one_thread):
+def test_the_gpu_cell_checkpoints_and_a_rerun_resumes_without_timing_again(tmp_path, capsys, monkeypatch):
     init = tiny_checkpoint_folder(tmp_path, KIND + RUDE)
     (train_texts, train_labels), (val_texts, val_labels) = comments(64, seed=1), comments(24, seed=2)
     official = comments(16, seed=3)
@@ -79,8 +79,7 @@ def test_a_bad_setting_is_refused_by_name(tmp_path):
 
 
 @pytest.mark.slow
-def test_compiled_the_cell_pads_to_bucket_widths_and_a_failed_compile_is_tried_once(tmp_path, capsys, monkeypatch,
-                                                                                    one_thread):
+def test_compiled_the_cell_pads_to_bucket_widths_and_a_failed_compile_is_tried_once(tmp_path, capsys, monkeypatch):
     init = tiny_checkpoint_folder(tmp_path, KIND + RUDE)
     args = (init, NAMES, *comments(64, seed=1), *comments(24, seed=2))
     graphs = []

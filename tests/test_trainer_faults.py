@@ -33,15 +33,6 @@ from bertlib.training.schedule import linear_warmup_decay
 from bertlib.training.trainer import NonFiniteLossError, Trainer
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One intra-op thread (tiny models, shared cores)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def quiet(**kwargs) -> TrainingConfig:
     """A TrainingConfig with one record per step and no progress bar."""
     return TrainingConfig(**{"log_every": 1, "progress": False, **kwargs})

@@ -40,15 +40,6 @@ from bertlib.training.update import fused_adamw_on_cpu
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One intra-op thread: for models this tiny, thread handoffs cost more than they save (and cores are shared)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def quiet(**kwargs) -> TrainingConfig:
     """A TrainingConfig with one record per step and no progress bar."""
     return TrainingConfig(**{"log_every": 1, "progress": False, **kwargs})

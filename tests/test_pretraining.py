@@ -419,3 +419,19 @@ def test_the_pretraining_forward_has_one_graph_for_every_mask(tokenizer, instanc
         for batch in (first, second):
             compiled(**batch).loss.backward()
     torch._dynamo.reset()
+
+
+def test_the_flops_of_a_run_are_its_tokens_at_the_per_token_count_of_its_model_and_head():
+    import json
+
+    from bertlib.pretraining import pretraining_flops
+    from bertlib.training.throughput import bert_flops_per_token
+
+    record = json.loads((sample_dir() / "long_cpu_run" / "run.json").read_text())
+    config = BertConfig.from_dict(record["model_config"])
+    per_token = bert_flops_per_token(config, 16, 2 / 16)  # round(16 x 0.15) = 2 predictions a window
+    assert pretraining_flops(record) == pytest.approx(10_000 * 256 * 16 * per_token)
+    record["args"]["steps"] = 5_000
+    assert pretraining_flops(record) == pytest.approx(5_000 * 256 * 16 * per_token)
+    record["args"]["dense_mlm"] = True
+    assert pretraining_flops(record) == pytest.approx(5_000 * 256 * 16 * bert_flops_per_token(config, 16, 1.0))

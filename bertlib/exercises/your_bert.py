@@ -22,6 +22,7 @@ import ast
 import builtins
 import importlib.util
 import inspect
+import json
 import linecache
 import math
 import textwrap
@@ -231,18 +232,26 @@ class YourPretraining(nn.Module):
         return PreTrainingOutput(mlm_logits=rows, nsp_logits=even, loss=loss, mlm_loss=loss, mlm_positions=chosen)
 
 
-def save_your_bert(model: nn.Module, folder: str | Path, vocab_file: str | Path) -> Path:
+def save_your_bert(model: nn.Module, folder: str | Path, vocab_file: str | Path,
+                   trained: Mapping[str, Any] | None = None) -> Path:
     """Write the learner's pretrained BERT as bertlib's BertForPreTraining (transformers' layout) with its vocabulary.
 
     The weights go through a BertForPreTraining of the same config, loaded strictly, so a folder is written only
-    when the learner's parameters carry bertlib's names; transformers' BertForMaskedLM loads it as it is.
+    when the learner's parameters carry bertlib's names; transformers' BertForMaskedLM loads it as it is. `trained`
+    (steps, batch_size, seq_len) is written beside the folder as run.json, in python -m bertlib.pretrain's layout,
+    so that notebook 07 can count the compute its pretraining spent (bertlib.pretraining.pretraining_flops).
     """
+    from bertlib.basics import atomic_write
     from bertlib.model import hf
     from bertlib.model.bert import BertForPreTraining
 
     plain = BertForPreTraining(model.config)
     plain.load_state_dict(model.state_dict(), strict=True)
-    return hf.save_pretrained(plain.eval(), folder, vocab_file=vocab_file)
+    saved = hf.save_pretrained(plain.eval(), folder, vocab_file=vocab_file)
+    if trained is not None:
+        record = json.dumps({"args": dict(trained), "model_config": model.config.to_dict()}, indent=2) + "\n"
+        atomic_write(saved.parent / "run.json", lambda path: path.write_text(record, encoding="utf-8"))
+    return saved
 
 
 def your_bert_classifier(folder: str | Path, label_names: list[str], pieces: Mapping[str, Any] | None = None, *,

@@ -491,6 +491,17 @@ def write_record(out: Path, settings: dict[str, Any], corpus_sha256: str, model_
     atomic_write(out / "run.json", lambda tmp: tmp.write_text(run + "\n", encoding="utf-8"))
 
 
+def pretraining_flops(record: dict[str, Any]) -> float:
+    """The training FLOPs a run spent, from its run.json record (write_record's, or one with the same keys):
+    steps x batch x seq_len tokens at bert_flops_per_token, the MLM head at the share of its prediction slots
+    (the dense head's share is 1); the evaluations and the timing probe are not counted."""
+    args, config = record["args"], BertConfig.from_dict(record["model_config"])
+    seq_len = args["seq_len"]
+    slots = min(args.get("max_predictions", 20), max(1, round(seq_len * args.get("mlm_probability", 0.15))))
+    share = 1.0 if args.get("dense_mlm") else slots / seq_len
+    return args["steps"] * args["batch_size"] * seq_len * bert_flops_per_token(config, seq_len, share)
+
+
 def _dense_mlm(collator: MaskingCollator, items: list[Any]) -> dict[str, Any]:
     """--dense-mlm's batches: the collator's, asking the model to score every position (a function, not a
     lambda, so that worker processes started by spawn can receive it)."""

@@ -43,6 +43,7 @@ from bertlib.data import load_comments, sample_dir, task_labels
 from bertlib.finetuning import FineTuneConfig, ToxicityClassifier, drop_duplicate_texts
 from bertlib.finetuning.payoff import Arm, compare_arms, control_key, paired_gain, repeated_splits
 from bertlib.pretraining.adapt import adapted_start
+from bertlib.pretraining.run import RECIPES
 from bertlib.text.cleaning import clean_text
 
 HERE = Path(__file__).resolve().parent
@@ -84,13 +85,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def folder_label(folder: Path) -> str:
     """How the results name a pretrained folder, so that a reader's run names the same weights alike wherever they
     are kept: its path where the course ships it (data/...), else how `python -m bertlib.pretrain` made it, from the
-    run.json beside it (recipe, the corpus's name, steps or minutes), else the path as given."""
+    run.json beside it (recipe, the corpus's name, steps or minutes, and each flag of the recipe it changed), else
+    the path as given."""
     if folder.resolve().is_relative_to(sample_dir().resolve()):
         return shown_path(folder)
     try:
         args = json.loads((folder.parent / "run.json").read_text(encoding="utf-8"))["args"]
         length = f"{args['steps']:,} steps" if args.get("steps") else f"{args['minutes']:g} minutes"
-        return f"{args['recipe']} recipe, {Path(args['corpus']).name} corpus, {length}"
+        changed = [f"--{key.replace('_', '-')} {args[key]:g}" if isinstance(args[key], float) else
+                   f"--{key.replace('_', '-')} {args[key]}"
+                   for key, default in RECIPES.get(args["recipe"], {}).items()
+                   if key in args and args[key] != default]
+        return ", ".join([f"{args['recipe']} recipe", f"{Path(args['corpus']).name} corpus", length, *changed])
     except (OSError, ValueError, KeyError, TypeError):
         return str(folder)
 

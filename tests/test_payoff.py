@@ -164,6 +164,10 @@ def test_the_search_names_a_folder_by_its_pretraining_or_where_the_course_ships_
     (run / "run.json").write_text(json.dumps({"args": {"recipe": "gpu", "corpus": "/data/wiki", "steps": None,
                                                        "minutes": 4.0}}))
     assert payoff.folder_label(run / "pretrained") == "gpu recipe, wiki corpus, 4 minutes"
+    (run / "run.json").write_text(json.dumps({"args": {"recipe": "cpu", "corpus": "sample", "steps": 1700,
+                                                       "seq_len": 64, "batch_size": 64, "lr": 2e-3}}))
+    assert payoff.folder_label(run / "pretrained") == ("cpu recipe, sample corpus, 1,700 steps, --batch-size 64, "
+                                                       "--seq-len 64")
     (run / "run.json").unlink()
     assert payoff.folder_label(run / "pretrained") == str(run / "pretrained")
     assert payoff.folder_label(data.sample_dir() / "long_cpu_run" / "pretrained") == "data/long_cpu_run/pretrained"

@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -115,17 +116,17 @@ def read_results(path: Path) -> dict:
     return results
 
 
-def pretrained_arm(name: str, folder: Path, label_names: list[str], config: FineTuneConfig,
-                   args: argparse.Namespace, work: Path) -> Arm:
-    """The arm that fine-tunes `folder`'s weights; with --adapt-steps, adapted first to each split's text (the
-    adapted folders are written under `work`)."""
+def pretrained_start(folder: Path, label_names: list[str], args: argparse.Namespace,
+                     work: Path) -> tuple[Callable[..., ToxicityClassifier], bool]:
+    """What fine-tuning starts from for `folder`, and whether that start reads each split's text: its weights, or
+    with --adapt-steps those weights adapted to the split first (written in a folder of its own under `work`, once
+    per split: the rates and seeds of the folder share them)."""
     def classifier(weights: Path) -> ToxicityClassifier:
         return ToxicityClassifier.from_checkpoint(weights, label_names, max_len=args.max_len, verbose=False)
 
     if args.adapt_steps is None:
-        return Arm(name, lambda: classifier(folder), config)
-    return Arm(name, adapted_start(folder, classifier, work / control_key(folder) / name, steps=args.adapt_steps),
-               config, reads_text=True)
+        return (lambda: classifier(folder)), False
+    return adapted_start(folder, classifier, tempfile.mkdtemp(dir=work), steps=args.adapt_steps), True
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -165,23 +166,24 @@ def main(argv: list[str] | None = None) -> None:
         controls.setdefault(control_of[folder], folder)
     for folder in args.init:
         control = control_of[folder]
+        start, reads_text = pretrained_start(folder, label_names, args, Path(work.name))
         for lr in args.lrs:
             config = FineTuneConfig(max_len=args.max_len, batch_size=args.batch_size, max_steps=args.steps, lr=lr,
                                     pos_weight_cap=10.0, progress=False, patience=args.patience,
                                     eval_every=args.eval_every, freeze_encoder=args.freeze_encoder)
             name = f"{shown[folder]}, lr {lr:g}"
             family[name] = shown[folder]
-            arms.append(pretrained_arm(name, folder, label_names, config, args, Path(work.name)))
+            arms.append(Arm(name, start, config, reads_text=reads_text))
             if controls[control] == folder:
                 family[f"{control}, lr {lr:g}"] = control
                 arms.append(Arm(f"{control}, lr {lr:g}", lambda folder=folder: ToxicityClassifier.untrained(
                     folder, label_names, max_len=args.max_len), config))
-    start = time.perf_counter()
+    began = time.perf_counter()
     try:
         scores = compare_arms(arms, texts, labels, label_names, splits, list(range(args.seeds)))
     finally:
         work.cleanup()
-    minutes = (time.perf_counter() - start) / 60
+    minutes = (time.perf_counter() - began) / 60
     scores["family"] = scores["arm"].map(family)
     with FileLock(f"{args.out}.lock"):  # runs side by side append to the same file: each reads it afresh
         results = read_results(args.out)

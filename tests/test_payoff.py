@@ -190,6 +190,11 @@ def test_the_search_runs_end_to_end_on_the_sample_and_records_its_gains(tmp_path
         ("TF-IDF + LR", 2), ("data/long_cpu_run/pretrained, lr 0.001", 2),
         (f"random init ({control_key(shipped)}), lr 0.001", 2)]
     assert "best pretrained-minus-control gain" in capsys.readouterr().out
+    payoff.main(["--init", str(shipped), "--lrs", "1e-3", "3e-3", "--splits", "2", "--seeds", "1", "--steps", "1",
+                 "--max-len", "32", "--task", "binary", "--threads", "1", "--adapt-steps", "2", "--out", str(out)])
+    adapted = json.loads(out.read_text())["runs"][1]
+    assert adapted["adapt_steps"] == 2 and adapted["scores"] != run["scores"]
+    assert adapted["gains"][0]["arm"].startswith("data/long_cpu_run/pretrained, + 2 MLM steps on the split's comments")
     with pytest.raises(SystemExit, match="--eval-every"):
         payoff.main(["--init", str(shipped), "--patience", "2", "--out", str(out)])
 

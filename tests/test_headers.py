@@ -176,9 +176,11 @@ def test_only_a_full_inplace_run_records_its_time_and_rewrites_the_header(tmp_pa
     full = run_course("--inplace", "--only", "04", notebooks=notebooks, artifacts=tmp_path / "artifacts", smoke=False)
     assert full.returncode == 0, full.stdout + full.stderr
     [(key, run)] = json.loads((notebooks / headers.RUN_TIMES_FILE).read_text(encoding="utf-8")).items()
-    assert key == "04_attention.ipynb" and run["device"] == "cpu (2 threads)" and 0 < run["seconds"] < 300
+    # the threads are the test process's (one, from the root conftest), which the course's kernel inherits
+    assert key == "04_attention.ipynb" and re.fullmatch(r"cpu \(\d+ threads\)", run["device"])
+    assert 0 < run["seconds"] < 300
     header = nbformat.read(path, as_version=4).cells[2].source
-    assert f"**Running:** {run['seconds']:.0f} seconds on cpu (2 threads)" in header
+    assert f"**Running:** {run['seconds']:.0f} seconds on {run['device']}" in header
 
 
 @pytest.mark.slow

@@ -7,8 +7,9 @@
 Every --init folder is fine-tuned at every --lr, and so is its architecture and vocabulary from random weights (its
 control; folders with the same config.json and vocab.txt share one), and TF-IDF beside them, with
 bertlib.finetuning.payoff: --splits stratified train / validation / test splits of the comments, --seeds seeds on
-each. Each family (a folder, or a control) keeps the learning rate with the best mean validation ROC-AUC, so a
-control is never handicapped by a rate that suits pretrained weights; the test ROC-AUCs of the kept rates are
+each. Each family (a folder, or a control) keeps the learning rate (and, with --encoder-lr-scales, the encoder's
+share of it) with the best mean validation ROC-AUC, so a control is never handicapped by a rate that suits
+pretrained weights; the test ROC-AUCs of the kept rates are
 compared, pretrained minus control, with the corrected resampled t-interval of Nadeau & Bengio (2003).
 
 The splits are drawn from --split-seed (100 by default), not from the seeds notebook 07 reports with (0 ...), so
@@ -22,6 +23,7 @@ scores to a CSV beside it; benchmarks/README.md has the table.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -68,6 +70,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--patience", type=int, default=None,
                         help="early stopping: validation losses (every --eval-every steps) without a new best")
     parser.add_argument("--eval-every", type=int, default=None, help="steps between validation losses")
+    parser.add_argument("--encoder-lr-scales", type=float, nargs="+", default=[1.0],
+                        help="the encoder's rate as a share of each --lrs rate (the pooler and head get the rate); "
+                             "every family tries each and keeps the pair its validation prefers")
     parser.add_argument("--freeze-encoder", action="store_true",
                         help="train the pooler and the head only (a probe of the encoder), every arm alike")
     parser.add_argument("--adapt-steps", type=int, default=None,
@@ -167,16 +172,17 @@ def main(argv: list[str] | None = None) -> None:
     for folder in args.init:
         control = control_of[folder]
         start, reads_text = pretrained_start(folder, label_names, args, Path(work.name))
-        for lr in args.lrs:
+        for lr, scale in itertools.product(args.lrs, args.encoder_lr_scales):
             config = FineTuneConfig(max_len=args.max_len, batch_size=args.batch_size, max_steps=args.steps, lr=lr,
                                     pos_weight_cap=10.0, progress=False, patience=args.patience,
-                                    eval_every=args.eval_every, freeze_encoder=args.freeze_encoder)
-            name = f"{shown[folder]}, lr {lr:g}"
-            family[name] = shown[folder]
-            arms.append(Arm(name, start, config, reads_text=reads_text))
+                                    eval_every=args.eval_every, freeze_encoder=args.freeze_encoder,
+                                    encoder_lr_scale=scale)
+            rate = f"lr {lr:g}" + (f", encoder x {scale:g}" if scale != 1 else "")
+            family[f"{shown[folder]}, {rate}"] = shown[folder]
+            arms.append(Arm(f"{shown[folder]}, {rate}", start, config, reads_text=reads_text))
             if controls[control] == folder:
-                family[f"{control}, lr {lr:g}"] = control
-                arms.append(Arm(f"{control}, lr {lr:g}", lambda folder=folder: ToxicityClassifier.untrained(
+                family[f"{control}, {rate}"] = control
+                arms.append(Arm(f"{control}, {rate}", lambda folder=folder: ToxicityClassifier.untrained(
                     folder, label_names, max_len=args.max_len), config))
     began = time.perf_counter()
     try:
@@ -217,7 +223,7 @@ def main(argv: list[str] | None = None) -> None:
             "task": args.task,
             "finetuning": {"max_len": args.max_len, "batch_size": args.batch_size, "steps": args.steps, "lrs": args.lrs,
                            "patience": args.patience, "eval_every": args.eval_every,
-                           "freeze_encoder": args.freeze_encoder},
+                           "freeze_encoder": args.freeze_encoder, "encoder_lr_scales": args.encoder_lr_scales},
             "adapt_steps": args.adapt_steps,
             "scores": scores_file.name,
             "arms": [{"family": group, "arm": arm, "val_roc_auc": round(row.val_roc_auc, 4),

@@ -11,9 +11,12 @@ import torch
 
 from bertlib import BertConfig, BertForPreTraining, BertModel, hf
 from bertlib.finetuning import FineTuneConfig, ToxicityClassifier, fine_tune
+from bertlib.finetuning.recipe import training_parts
 from bertlib.pretraining.adapt import adapt_to_task, adapted_start
 from bertlib.pretraining.mlm import MaskingCollator
 from bertlib.text.wordpiece import WordPieceTokenizer
+from bertlib.training.optimizer import param_groups
+from bertlib.training.update import adamw
 
 WORDS = ["you", "are", "a", "good", "kind", "editor", "idiot", "stupid", "page", "the", "talk", "thanks", "for",
          "edit", "please", "stop", "this", "is", "wrong", "source"]
@@ -91,3 +94,16 @@ def test_a_frozen_encoder_trains_the_pooler_and_the_head_only(tmp_path):
                                     progress=False))
     changed = {name for name, tensor in classifier.model.state_dict().items() if not torch.equal(tensor, before[name])}
     assert changed == {"bert.pooler.weight", "bert.pooler.bias", "classifier.weight", "classifier.bias"}
+
+
+def test_a_slower_encoder_trains_its_embeddings_and_layers_at_its_share_of_the_rate(tmp_path):
+    source = _pretrained_folder(tmp_path / "source")
+    classifier = ToxicityClassifier.from_checkpoint(source, ["toxic"], max_len=16, verbose=False)
+    config = FineTuneConfig(max_len=16, batch_size=8, max_steps=3, lr=1e-2, encoder_lr_scale=0.1, progress=False)
+    labels = np.array([[float("idiot" in text)] for text in TEXTS])
+    _, _, training = training_parts(classifier, TEXTS, labels, config)
+    groups = adamw(param_groups(classifier.model, 0.01, training.lr_scales), training).param_groups
+    rate = {id(param): group["lr"] for group in groups for param in group["params"]}
+    for name, param in classifier.model.named_parameters():
+        slowed = name.startswith(("bert.embeddings.", "bert.layers."))
+        assert rate[id(param)] == pytest.approx(1e-3 if slowed else 1e-2), name

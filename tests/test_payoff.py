@@ -179,16 +179,19 @@ def test_the_search_runs_end_to_end_on_the_sample_and_records_its_gains(tmp_path
     payoff = benchmark_script("pretraining_payoff")
     shipped = data.sample_dir() / "long_cpu_run" / "pretrained"
     out = tmp_path / "payoff.json"
-    payoff.main(["--init", str(shipped), "--lrs", "1e-3", "--splits", "2", "--seeds", "1", "--steps", "2",
-                 "--max-len", "32", "--task", "binary", "--threads", "1", "--out", str(out)])
+    payoff.main(["--init", str(shipped), "--lrs", "1e-3", "--encoder-lr-scales", "1", "0.1", "--splits", "2",
+                 "--seeds", "1", "--steps", "2", "--max-len", "32", "--task", "binary", "--threads", "1",
+                 "--out", str(out)])
     run = json.loads(out.read_text())["runs"][0]
-    assert [gain["against"] for gain in run["gains"]] == [f"random init ({control_key(shipped)}), lr 0.001",
-                                                          "TF-IDF + LR"]
+    control = f"random init ({control_key(shipped)})"
+    assert [gain["against"].startswith(control) for gain in run["gains"]] == [True, False]
+    assert run["gains"][1]["against"] == "TF-IDF + LR"
     assert all(len(gain["per_split"]) == 2 for gain in run["gains"])
     scores = pd.read_csv(tmp_path / run["scores"])
     assert sorted(scores.groupby("arm").size().items()) == [
         ("TF-IDF + LR", 2), ("data/long_cpu_run/pretrained, lr 0.001", 2),
-        (f"random init ({control_key(shipped)}), lr 0.001", 2)]
+        ("data/long_cpu_run/pretrained, lr 0.001, encoder x 0.1", 2),
+        (f"{control}, lr 0.001", 2), (f"{control}, lr 0.001, encoder x 0.1", 2)]
     assert "best pretrained-minus-control gain" in capsys.readouterr().out
     payoff.main(["--init", str(shipped), "--lrs", "1e-3", "3e-3", "--splits", "2", "--seeds", "1", "--steps", "1",
                  "--max-len", "32", "--task", "binary", "--threads", "1", "--adapt-steps", "2", "--out", str(out)])

@@ -35,7 +35,7 @@ from bertlib.training.optimizer import param_groups
 from bertlib.training.precision import precision_line, resolve_precision, use_tf32
 from bertlib.training.schedule import linear_warmup_decay, noam_schedule
 from bertlib.training.trainer import Trainer
-from bertlib.training.update import fused_adamw_on_cpu
+from bertlib.training.update import adamw, fused_adamw_on_cpu
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -88,6 +88,32 @@ def test_param_groups_skip_frozen_parameters():
     model.bert.embeddings.position.weight.requires_grad_(False)
     ids = {id(p) for g in param_groups(model, 0.1) for p in g["params"]}
     assert id(model.bert.embeddings.position.weight) not in ids
+
+
+def test_lr_scales_slow_the_parameters_their_prefix_names_and_no_others():
+    model = pretrainer()
+    config = TrainingConfig(max_steps=1, lr=1e-3)
+    groups = param_groups(model, 0.01, lr_scales={"bert.layers.": 0.1, "bert.layers.0.": 0.5})
+    rate = {id(p): group["lr"] for group in adamw(groups, config).param_groups for p in group["params"]}
+    for name, param in model.named_parameters():
+        expected = 5e-4 if name.startswith("bert.layers.0.") else 1e-4 if name.startswith("bert.layers.") else 1e-3
+        assert rate[id(param)] == pytest.approx(expected), name
+    assert len(rate) == len({id(p) for p in model.parameters()})  # every parameter once
+    with pytest.raises(ValueError, match="match no parameter"):
+        param_groups(model, 0.01, lr_scales={"encoder.": 0.1})
+    with pytest.raises(ValueError, match="must be > 0"):
+        param_groups(model, 0.01, lr_scales={"bert.": 0.0})
+
+
+def test_a_scaled_encoder_keeps_its_share_of_the_rate_through_warmup_and_decay():
+    torch.manual_seed(0)
+    model = pretrainer()
+    config = quiet(max_steps=8, lr=1e-3, warmup_steps=2, lr_scales={"bert.embeddings.": 0.25}, batch_size=4)
+    trainer = Trainer(model, config, pretraining_data(8), masking_collate)
+    trainer.train(stop_at=3)
+    rates = {group["lr_scale"]: group["lr"] for group in trainer.optimizer.param_groups}
+    trainer.close()
+    assert rates[0.25] == pytest.approx(0.25 * rates[1.0]) and rates[1.0] > 0
 
 
 def test_linear_warmup_decay_values_and_shape():

@@ -37,6 +37,8 @@ from bertlib.training.history import History
 from bertlib.training.sampling import BatchSampler, LengthGroupedBatchSampler, RandomBatchSampler, bucket_widths
 from bertlib.training.trainer import Trainer
 
+ENCODER_PREFIXES = ("bert.embeddings.", "bert.layers.")  # what encoder_lr_scale slows: all but the pooler and head
+
 
 @dataclass
 class FineTuneConfig:
@@ -51,6 +53,7 @@ class FineTuneConfig:
     warmup_ratio: float = 0.1
     pos_weight_cap: float | None = None  # e.g. 10: BCE pos_weight = min(negatives / positives, cap) per label
     freeze_encoder: bool = False  # train the pooler and the head only: a probe of what the encoder's weights hold
+    encoder_lr_scale: float = 1.0  # the embeddings' and layers' rate as a share of lr (the pooler and head get lr)
     padding: Literal["dynamic", "fixed"] = "dynamic"  # pad to the batch's longest, or always to max_len
     compile: bool = False  # torch.compile the model; dynamic padding then pads to four bucket widths up to max_len
     group_by_length: bool = True  # length-grouped batches (else random ones)
@@ -136,6 +139,7 @@ def training_parts(classifier: ToxicityClassifier, train_texts: Sequence[str], t
         warmup_ratio=config.warmup_ratio, precision=config.precision, eval_every=config.eval_every,
         log_every=config.log_every, out_dir=config.out_dir, checkpoint_every=config.checkpoint_every,
         seed=config.seed, device=config.device, progress=config.progress, compile=config.compile,
+        lr_scales=None if config.encoder_lr_scale == 1 else dict.fromkeys(ENCODER_PREFIXES, config.encoder_lr_scale),
     )
     return train, collate, training
 

@@ -21,7 +21,7 @@ from bertlib.training.precision import PRECISIONS, Precision
 
 # Fields a resumed run must keep: they shape the optimizer's state and the learning-rate schedule.
 FIXED_ON_RESUME = ("lr", "weight_decay", "betas", "eps", "warmup_steps", "warmup_ratio", "grad_clip",
-                   "accumulation_steps", "seed")
+                   "accumulation_steps", "seed", "lr_scales")
 
 
 @dataclass
@@ -32,6 +32,7 @@ class TrainingConfig:
     batch_size: int = 32  # examples per micro-batch per process (of the default sampler)
     lr: float = 1e-4  # peak learning rate, reached at the end of warmup
     weight_decay: float = 0.01  # AdamW decoupled decay, not applied to biases and LayerNorm weights
+    lr_scales: dict[str, float] | None = None  # parameter-name prefix -> multiplier of lr (optimizer.param_groups)
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-6  # BERT's Adam epsilon
     warmup_steps: int | None = None  # if None, round(warmup_ratio * max_steps)

@@ -107,7 +107,7 @@ class Trainer(TrainerState):
         self._train_model = self._compiled(self._ddp or self.model)
         self._eval_model = self._train_model if self._ddp is None else self._compiled(self.model)  # DDP: per rank
 
-        self.optimizer = adamw(param_groups(self.model, config.weight_decay), config)
+        self.optimizer = adamw(param_groups(self.model, config.weight_decay, config.lr_scales), config)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_multiplier)
         self.scaler = loss_scaler(self.precision, self.device)
         self.log = StepLog(self.device, self.world_size, loss_scaled=self.scaler is not None)

@@ -31,8 +31,9 @@ from bertlib.training.config import TrainingConfig
 
 def adamw(groups: list[dict[str, Any]], config: TrainingConfig) -> torch.optim.AdamW:
     """AdamW with torch's fused kernel where the parameters' device has one (CUDA; CPU from torch 2.4), the plain
-    one elsewhere."""
+    one elsewhere. A group's "lr_scale" (bertlib.training.optimizer.param_groups) multiplies its peak rate."""
     settings = dict(lr=config.lr, betas=config.betas, eps=config.eps)
+    groups = [{**group, "lr": config.lr * group.get("lr_scale", 1.0)} for group in groups]
     devices = {param.device.type for group in groups for param in group["params"]}
     if "cpu" in devices and not fused_adamw_on_cpu():  # torch 2.3 builds a fused CPU AdamW that fails at its step
         return torch.optim.AdamW(groups, **settings)

@@ -116,6 +116,22 @@ def test_a_scaled_encoder_keeps_its_share_of_the_rate_through_warmup_and_decay()
     assert rates[0.25] == pytest.approx(0.25 * rates[1.0]) and rates[1.0] > 0
 
 
+def test_a_held_out_metric_named_after_its_labels_is_a_mean_over_them_whatever_the_batches():
+    """mlm_accuracy is a token accuracy: weighting each batch by its examples made it depend on the batching."""
+    def first_position_share(batch, output):  # a per-token mean: the share of predicted tokens at position 1
+        predicted = batch["mlm_labels"] != -100  # (batch, seq)
+        return {"mlm_first": predicted[:, 1].sum() / predicted.sum(), "nsp_pairs": predicted[:, 1].float().mean()}
+
+    held_out = fixed_mask_data(12)  # 1 to 6 predicted tokens per pair, position 1 in each
+    expected = 12 / sum(1 + index % 6 for index in range(12))
+    for eval_batch in (2, 12):
+        trainer = Trainer(pretrainer(), quiet(max_steps=1, batch_size=2, eval_batch_size=eval_batch), held_out, stack,
+                          eval_dataset=held_out, metrics_fn=first_position_share)
+        scores = trainer.evaluate()
+        trainer.close()
+        assert scores["mlm_first"] == pytest.approx(expected) and scores["nsp_pairs"] == pytest.approx(1.0)
+
+
 def test_linear_warmup_decay_values_and_shape():
     warmup, total = 10, 50
     values = [linear_warmup_decay(s, warmup, total) for s in range(total + 1)]

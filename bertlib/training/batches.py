@@ -64,6 +64,13 @@ def loss_terms(output: Any, counts: Mapping[str, int]) -> dict[str, tuple[torch.
     return terms or {"loss": (output.loss, "labels" if "labels" in counts else EXAMPLES)}
 
 
+def metric_count_key(name: str, counts: Mapping[str, int]) -> str:
+    """What a metric of metrics_fn is a mean over: `X_labels` for a metric named `X_...` (mlm_accuracy over the
+    predicted tokens, nsp_accuracy over the pairs) where the batch has them, else the examples."""
+    key = f"{name.split('_', 1)[0]}_labels"
+    return key if key in counts else EXAMPLES
+
+
 def prepare_samplers(train: BatchSampler, evaluation: BatchSampler | None, examples: int, rank: int,
                      world_size: int, accumulation_steps: int) -> None:
     """Check that the samplers are bertlib's (the Trainer shards them, seeks in them and stores their settings),

@@ -4,7 +4,8 @@
                              drop_full_masks=True, world_size=1, seed=0)  # {"loss": ..., "mlm_loss": ..., ...}
 
 Losses are means over all their targets (as in training: an MLM loss over every predicted token of the set, not a
-mean of batch means), metrics are means over examples. The batches come from bertlib.training.batches'
+mean of batch means), and so are metrics named after a labels field (mlm_accuracy over every predicted token);
+other metrics are means over examples. The batches come from bertlib.training.batches'
 HeldOutBatches, each collated under a seed from its index, so a random collator masks the same tokens every
 time, whatever the number of workers or processes. Each process scores its share; the sums are added up over
 processes before dividing.
@@ -21,7 +22,7 @@ import torch
 from torch import nn
 
 from bertlib.training import batches, distributed
-from bertlib.training.batches import EXAMPLES, Batch
+from bertlib.training.batches import Batch
 from bertlib.training.precision import autocast
 from bertlib.training.rng import forked_rng
 
@@ -46,7 +47,8 @@ def held_out_scores(model: nn.Module, held_out: Iterable[Batch], *, device: torc
                 values = {name: (value.detach().float(), count[key])
                           for name, (value, key) in batches.loss_terms(output, count).items() if count[key]}
                 if metrics_fn is not None:
-                    values.update({key: (value, count[EXAMPLES]) for key, value in metrics_fn(batch, output).items()})
+                    values.update({key: (value, count[batches.metric_count_key(key, count)])
+                                   for key, value in metrics_fn(batch, output).items()})
                 for key, (value, n) in values.items():
                     sums[key] = sums.get(key, 0.0) + value * n
                     weights[key] = weights.get(key, 0) + n

@@ -4,6 +4,7 @@ that the batches advance, so the tests say what happens to a machine that slows 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from ddp_worker import classification_data, classifier, stack
 
@@ -183,6 +184,29 @@ def test_a_resumed_run_goes_on_with_the_checkpoint_s_last_step_clock_and_schedul
     assert (again.step, again.max_steps, again._relaid) == (40, first.max_steps, first._relaid)
     assert again.deadline.spent == pytest.approx(spent)
     assert again.optimizer.param_groups[0]["lr"] == pytest.approx(first.optimizer.param_groups[0]["lr"])
+    again.close()
+
+
+@pytest.mark.parametrize("steps", ["as budgeted", 100])
+def test_a_budgeted_run_resumed_without_a_budget_goes_on_at_the_rate_it_stopped_at(tmp_path, steps):
+    """The re-laid schedule was restored only under a deadline: without one, the rate jumped up threefold."""
+    late = SlowingMachine(0.1, 0.3, slows_after=20)
+    first = Trainer(classifier(), config(out_dir=tmp_path, log_every=1), classification_data(64), late.collate,
+                    deadline=Deadline(10, clock=late, window=0.5))
+    first.train(stop_at=40)
+    first.close()
+    stopped_at = first.optimizer.param_groups[0]["lr"]
+    assert first._relaid is not None and stopped_at > 0
+    total = first.max_steps if steps == "as budgeted" else steps
+    again = Trainer(classifier(), config(out_dir=tmp_path, log_every=1, max_steps=total), classification_data(64),
+                    late.collate)
+    again.train(stop_at=0)  # resume only
+    assert again.optimizer.param_groups[0]["lr"] == pytest.approx(stopped_at)
+    again.train()
+    frame = again.history.frame()
+    lr = frame.loc[frame.index > 40, "lr"].to_numpy()
+    assert again.step == total and lr.max() <= stopped_at * (1 + 1e-6)  # never above the rate it stopped at
+    assert np.allclose(np.diff(lr), np.diff(lr)[0])  # down one straight line
     again.close()
 
 

@@ -19,7 +19,7 @@ import torch
 from bertlib.training import checkpoint, distributed, resume
 from bertlib.training.history import History
 from bertlib.training.rng import rng_state, seed_everything, set_rng_state
-from bertlib.training.schedule import Relaid, schedule_at
+from bertlib.training.schedule import Relaid, linear_warmup_decay, schedule_at
 
 
 class TrainerState:
@@ -84,13 +84,20 @@ class TrainerState:
 
     def _restore(self, state: dict[str, Any], path: Path) -> None:
         """Check that `state` fits this run (refusing other batching or optimizer settings), then load it. A
-        time-budgeted run goes on with the checkpoint's last step and clock, as its re-fits left them."""
-        budgeted = state.get("deadline") if self.deadline is not None else None
-        if budgeted is not None:
+        time-budgeted run goes on with the checkpoint's last step and clock, as its re-fits left them; resumed
+        without a budget, it goes on from the rate it stopped at, its decay re-laid to this run's last step."""
+        budgeted = state.get("deadline")
+        saved_schedule = None if budgeted is None or budgeted["relaid"] is None else Relaid(*budgeted["relaid"])
+        if budgeted is not None and self.deadline is not None:
             most = self.deadline.most if self.deadline.most is not None else state["max_steps"]
             self.config = dataclasses.replace(self.config, max_steps=min(state["max_steps"], most))
             self.deadline.load_state(budgeted)
-            self._relaid = None if budgeted["relaid"] is None else Relaid(*budgeted["relaid"])
+            self._relaid = saved_schedule
+        elif budgeted is not None:  # a budget's run resumed without one: on from the rate it stopped at, no jump
+            warmup = saved_schedule.warmup_steps if saved_schedule else self.config.warmup_for(state["max_steps"])
+            stopped_at = (saved_schedule(state["step"], state["max_steps"]) if saved_schedule else
+                          linear_warmup_decay(state["step"], warmup, state["max_steps"]))
+            self._relaid = Relaid.at(state["step"], warmup, stopped_at, self.max_steps)
         resume.refuse_other_settings(state, path, self.config.to_dict(), self.batch_sampler.settings(),
                                      self.world_size, self.max_steps)
         resume.load_weights(self.model, state["model"], path)

@@ -9,7 +9,9 @@ TRANSFORMERS_OFFLINE=1 (huggingface_hub's import-time reading of those is switch
 from __future__ import annotations
 
 import io
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -359,6 +361,23 @@ def test_auto_takes_the_kaggle_comments_first(hub, kaggle_input):
     assert "Kaggle" in chosen.source and "test.csv" in chosen.source
     assert hub.requests == []  # the hub is not asked when the competition input is there
     assert len(sources.pretraining_corpus("kaggle", max_documents=2)) == 2
+
+
+def test_the_cpu_run_reads_the_kaggle_comments_where_attached_and_never_downloads_elsewhere(hub, kaggle_input,
+                                                                                           monkeypatch):
+    flags = sources.cpu_run_corpus_flags()
+    assert flags == ["--corpus", "kaggle", "--max-documents", str(sources.KAGGLE_CPU_DOCUMENTS)]
+    chosen = sources.pretraining_corpus(flags[1], max_documents=int(flags[3]))
+    assert chosen.texts == [f"test comment {k}" for k in (1, 3, 5, 7)]
+    monkeypatch.setattr(comment_data, "KAGGLE_DIR", kaggle_input.parent / "no-kaggle")
+    assert sources.cpu_run_corpus_flags() == ["--corpus", "sample"] and hub.requests == []
+
+
+def test_the_kaggle_folder_can_be_pointed_at_a_stand_in(tmp_path):
+    code = "from bertlib.data import KAGGLE_DIR; print(KAGGLE_DIR)"
+    shown = subprocess.run([sys.executable, "-c", code], env={**os.environ, "BERTLIB_KAGGLE_DIR": str(tmp_path)},
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert shown == str(tmp_path)
 
 
 def test_auto_takes_wikitext_without_kaggle_input(hub, no_kaggle_input, capsys):

@@ -42,8 +42,9 @@ JIGSAW_REPO = os.environ.get("BERTLIB_JIGSAW_REPO", "tcapelle/jigsaw-toxic-comme
 JIGSAW_FILE = os.environ.get("BERTLIB_JIGSAW_FILE", "data/train-00000-of-00001.parquet")
 """Where the full Jigsaw training set is on the Hugging Face hub (BERTLIB_JIGSAW_REPO, BERTLIB_JIGSAW_FILE)."""
 
-KAGGLE_DIR = Path("/kaggle/input/jigsaw-toxic-comment-classification-challenge")
-"""Where Kaggle mounts the competition data (train.csv, or train.csv.zip in the current version)."""
+KAGGLE_DIR = Path(os.environ.get("BERTLIB_KAGGLE_DIR", "/kaggle/input/jigsaw-toxic-comment-classification-challenge"))
+"""Where Kaggle mounts the competition data (train.csv, or train.csv.zip in the current version); BERTLIB_KAGGLE_DIR
+points elsewhere (benchmarks/kaggle_layout.py builds a stand-in from real comments to measure the Kaggle route)."""
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
             "FinishedRun", "load_finished_run", "pretraining_flops"),
     "adapt": ("adapt_to_task", "adapted_start"),
     "sources": ("PretrainingSource", "PRETRAINING_SOURCES", "CorpusUnavailableError", "describe_pretraining_corpus",
-                "pretraining_corpus", "kaggle_comment_documents"),
+                "pretraining_corpus", "kaggle_comment_documents", "KAGGLE_CPU_DOCUMENTS", "cpu_run_corpus_flags"),
     "yardsticks": ("Guessers", "wilson_interval", "MaskedScores", "score_masked_positions", "FUNCTION_WORDS",
                    "function_word_blanks", "blanks_answered"),
 })

@@ -71,6 +71,18 @@ def describe_pretraining_corpus() -> str:
     return f"the course's sample corpus ({shown_path(sample_dir() / SAMPLE_CORPUS)}; WikiText-103 not used: {problem})"
 
 
+KAGGLE_CPU_DOCUMENTS = 20_000  # unscored comments a CPU run reads: its vocabulary and windows then take seconds
+
+
+def cpu_run_corpus_flags() -> list[str]:
+    """The --corpus flags of notebook 06's CPU run: on Kaggle with the competition attached, its unscored test
+    comments (the first KAGGLE_CPU_DOCUMENTS), the register notebook 07 fine-tunes on; elsewhere the sample corpus
+    (never a download: the run has four minutes)."""
+    if kaggle_test_file() is not None:
+        return ["--corpus", "kaggle", "--max-documents", str(KAGGLE_CPU_DOCUMENTS)]
+    return ["--corpus", "sample"]
+
+
 def pretraining_corpus(source: str = "auto", *, max_documents: int | None = None) -> Corpus:
     """The documents to pretrain on, with `.source` saying what they are and where they came from.
 

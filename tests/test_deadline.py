@@ -4,10 +4,14 @@ that the batches advance, so the tests say what happens to a machine that slows 
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from ddp_worker import classification_data, classifier, stack
 
+from bertlib.training import checkpoint
+from bertlib.training.checkpoint_writer import CheckpointWriter
 from bertlib.training.config import TrainingConfig
 from bertlib.training.deadline import Deadline, steps_that_fit
 from bertlib.training.schedule import Relaid, linear_warmup_decay
@@ -208,6 +212,49 @@ def test_a_budgeted_run_resumed_without_a_budget_goes_on_at_the_rate_it_stopped_
     assert again.step == total and lr.max() <= stopped_at * (1 + 1e-6)  # never above the rate it stopped at
     assert np.allclose(np.diff(lr), np.diff(lr)[0])  # down one straight line
     again.close()
+
+
+class WritingMachine(SlowingMachine):
+    """A SlowingMachine whose checkpoint writes take `write` seconds of its clock on the writer's thread while the
+    training steps go on; where the training thread waits for a write (the last checkpoint), the clock idles on to
+    the write's end."""
+
+    def __init__(self, step: float, write: float):
+        super().__init__(step, step, slows_after=0)
+        self.write, self.waiting = write, False
+
+    def install(self, monkeypatch) -> None:
+        real_wait, real_save = CheckpointWriter.wait, checkpoint.save_checkpoint
+
+        def save(state, path):  # on the writer's thread
+            ends_at = self.now + self.write
+            while self.now < ends_at:
+                if self.waiting:  # nothing else runs: the clock goes on to the write's end
+                    self.now = ends_at
+                time.sleep(0.0005)
+            real_save(state, path)
+
+        def wait(writer):
+            self.waiting = True
+            try:
+                return real_wait(writer)
+            finally:
+                self.waiting = False
+
+        monkeypatch.setattr(CheckpointWriter, "wait", wait)
+        monkeypatch.setattr(checkpoint, "save_checkpoint", save)
+
+
+@pytest.mark.parametrize("checkpoint_every", [None, 20])
+def test_the_budget_pays_a_whole_write_for_the_last_checkpoint_when_the_others_were_written_in_the_background(
+        tmp_path, monkeypatch, checkpoint_every):
+    """A background checkpoint costs the step only its start; that figure was reserved for the last checkpoint,
+    which is written whole: 0.8 s writes overran a 10 s budget by about one write."""
+    machine = WritingMachine(0.1, write=0.8)
+    machine.install(monkeypatch)
+    deadline = Deadline(10, clock=machine, window=0.5, checkpoint=0.8)  # the probe timed one whole write
+    trainer = trained(machine, deadline, out_dir=tmp_path, checkpoint_every=checkpoint_every, log_every=1)
+    assert trainer.step == trainer.max_steps and 9.0 <= machine.now <= 10 * 1.05, machine.now
 
 
 def test_a_run_given_its_warmup_in_steps_is_never_refit_to_end_inside_it():

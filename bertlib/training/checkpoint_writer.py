@@ -2,6 +2,7 @@
 
     writer = CheckpointWriter(keep=2)
     writer.start(state, path)    # copies the state off the live tensors, then writes and prunes on a thread
+    writer.take_write_seconds()  # how long the last finished write took on its thread (once), else None
     writer.finish()              # waits for the write and raises its error (a full disk) here, on this thread
     error = writer.wait()        # waits, and hands the error back instead: for a caller with another error to report
 
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,12 +53,21 @@ def copied(value: Any, pinned: dict[tuple, torch.Tensor] | None = None, where: t
 class CheckpointWriter:
     """One background write at a time; the error of a failed write waits for finish() or wait()."""
 
-    def __init__(self, keep: int):
-        self.keep = keep
+    def __init__(self, keep: int, clock: Callable[[], float] = time.perf_counter):
+        self.keep, self.clock = keep, clock
         self._pinned: dict[tuple, torch.Tensor] = {}  # page-locked buffers for GPU tensors, made once
         self._thread: threading.Thread | None = None
         self._written = threading.Event()  # set by the writer thread when its write is over, done or failed
         self._error: BaseException | None = None
+        self._write_seconds: float | None = None  # of the last finished write, not yet taken
+
+    def take_write_seconds(self) -> float | None:
+        """Seconds the last finished background write took on its thread (a time budget pays them for the last
+        checkpoint, which is written in the foreground); None if no write finished since the last call."""
+        if not self._written.is_set():
+            return None
+        seconds, self._write_seconds = self._write_seconds, None
+        return seconds
 
     def start(self, state: dict[str, Any], path: Path) -> None:
         """Finish the previous write (raising its error), then write a copy of `state` to `path` in the background."""
@@ -100,6 +112,7 @@ class CheckpointWriter:
     def _write(self, state: dict[str, Any], path: Path, step: int, copies_done: torch.cuda.Event | None) -> None:
         """On the writer thread: wait for the GPU's copies, save atomically, then prune; an error is kept for the
         training thread."""
+        began = self.clock()
         try:
             if copies_done is not None:
                 copies_done.synchronize()
@@ -108,4 +121,5 @@ class CheckpointWriter:
         except BaseException as error:  # raised again on the training thread
             self._error = error
         finally:
+            self._write_seconds = self.clock() - began
             self._written.set()

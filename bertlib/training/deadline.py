@@ -36,12 +36,15 @@ from dataclasses import dataclass
 
 
 def steps_that_fit(seconds: float, per_step: float, evaluation: float = 0.0, eval_every: int | None = None,
-                   checkpoint: float = 0.0, checkpoint_every: int | None = None) -> int:
+                   checkpoint: float = 0.0, checkpoint_every: int | None = None,
+                   last_checkpoint: float | None = None) -> int:
     """Whole steps of `per_step` seconds that fit in `seconds` (0 if none) with their evaluations and checkpoints:
-    one of each at the end, and one every eval_every / checkpoint_every steps, spread over the steps."""
+    one of each at the end, and one every eval_every / checkpoint_every steps, spread over the steps. A mid-run
+    checkpoint costs `checkpoint` (the part in the step, where it is written in the background), the last one
+    `last_checkpoint` (a whole write; by default the same)."""
     spread = sum(cost / every for cost, every in ((evaluation, eval_every), (checkpoint, checkpoint_every))
                  if cost and every)
-    left = seconds - evaluation - checkpoint
+    left = seconds - evaluation - (checkpoint if last_checkpoint is None else last_checkpoint)
     return math.floor(left / (per_step + spread) * (1 + 1e-12)) if left > 0 else 0
 
 
@@ -78,6 +81,7 @@ class Deadline:
         self.window = max(0.5, 0.02 * self.seconds) if window is None else window  # the fewest seconds timed
         self.span = max(self.window, 0.1 * self.seconds)  # the recent steps the speed is taken over
         self.evaluation, self.checkpoint = evaluation, checkpoint  # latest costs (the probe's until measured)
+        self.last_checkpoint = checkpoint  # a whole write, as the last checkpoint is (the probe's until measured)
         self.clock = clock
         self.spent = 0.0  # seconds of training before the stretch now running (a checkpoint keeps it)
         self.refits = 0
@@ -101,9 +105,10 @@ class Deadline:
         return self.spent + (self.clock() - self._since if self._since is not None else 0.0)
 
     @contextlib.contextmanager
-    def set_aside(self, kind: str) -> Iterator[None]:
+    def set_aside(self, kind: str, background: bool = False) -> Iterator[None]:
         """Time an evaluation or a checkpoint (`kind`): not a training step; its latest cost is paid for each to
-        come."""
+        come. A checkpoint written in the `background` costs the step only its start; one written whole is what
+        the last checkpoint will cost."""
         if kind not in ("evaluation", "checkpoint"):
             raise ValueError(f"set_aside times an 'evaluation' or a 'checkpoint', not {kind!r}")
         began = self.clock()
@@ -112,7 +117,17 @@ class Deadline:
         finally:
             seconds = self.clock() - began
             self._aside += seconds
-            setattr(self, kind, seconds)
+            if kind == "evaluation":
+                self.evaluation = seconds
+            elif background:
+                self.checkpoint = seconds
+            else:
+                self.last_checkpoint = seconds
+
+    def wrote_checkpoint(self, seconds: float) -> None:
+        """A background write finished after `seconds` on its thread: the last checkpoint, written in the
+        foreground, will cost its start and that much."""
+        self.last_checkpoint = self.checkpoint + seconds
 
     def exclude(self, seconds: float) -> None:
         """Seconds of a step that compiled a graph (a new padded width): spent, but not the machine's speed."""
@@ -132,13 +147,13 @@ class Deadline:
         began, first, aside = self._marks[0]
         self._marks.append((now, step, self._aside))
         local = (now - began - (self._aside - aside)) / (step - first)  # each process's own marks: agree on this
-        elapsed, stretch, per_step, evaluation, checkpoint = agree(
-            [self.elapsed(), now - began, local, self.evaluation, self.checkpoint])
+        elapsed, stretch, per_step, evaluation, checkpoint, last_checkpoint = agree(
+            [self.elapsed(), now - began, local, self.evaluation, self.checkpoint, self.last_checkpoint])
         if stretch < self.window:
             return None
         per_step = max(per_step, 1e-9)
         left = self.seconds - elapsed
-        more = steps_that_fit(left, per_step, evaluation, eval_every, checkpoint, checkpoint_every)
+        more = steps_that_fit(left, per_step, evaluation, eval_every, checkpoint, checkpoint_every, last_checkpoint)
         end = max(step + more, self.least, step + 1)  # the next step is the earliest end: it evaluates and saves
         end = end if self.most is None else min(end, max(self.most, step + 1))
         if abs(end - last_step) * per_step <= max(self.tolerance * self.seconds, self.drift * left):

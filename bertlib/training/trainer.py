@@ -115,7 +115,8 @@ class Trainer(TrainerState):
         self.stream = BatchStream(train_dataset, self.collate_fn, self.batch_sampler, seed=config.seed,
                                    rank=self.rank, num_workers=config.num_workers, pin_memory=self._pin_memory)
         self._held_out: batches.HeldOutBatches | None = None  # made at the first evaluation
-        self.writer = CheckpointWriter(config.keep_checkpoints)
+        self.writer = CheckpointWriter(config.keep_checkpoints,  # timed on the budget's clock, where there is one
+                                       clock=deadline.clock if deadline is not None else time.perf_counter)
         self.stop = StopRequests(announce=self.is_main, together=self.world_size > 1, saves=config.out_dir is not None)
         self.step = 0  # optimizer updates done
         self.history = History()
@@ -265,7 +266,7 @@ class Trainer(TrainerState):
         if record:
             self.history.records.append({"step": self.step, **record})
         if save_now:
-            with self._set_aside("checkpoint"):
+            with self._set_aside("checkpoint", background=not save_last):
                 self._save(wait=save_last)  # the last one of a train() call is written before it returns or raises
         if stop:
             raise self.stop.interrupt(self.step, cfg.out_dir)
@@ -284,13 +285,16 @@ class Trainer(TrainerState):
         if graphs_compiled() > graphs:
             self.deadline.exclude(self.deadline.clock() - began)
 
-    def _set_aside(self, kind: str) -> contextlib.AbstractContextManager:
+    def _set_aside(self, kind: str, background: bool = False) -> contextlib.AbstractContextManager:
         """Time an evaluation or a checkpoint for the deadline (it is not a training step)."""
-        return nullcontext() if self.deadline is None else self.deadline.set_aside(kind)
+        return nullcontext() if self.deadline is None else self.deadline.set_aside(kind, background)
 
     def _refit(self, bar: tqdm) -> None:
         """Move the last step where the time budget now puts it, re-laying the decay from the rate of this step."""
         cfg = self.config
+        written = self.writer.take_write_seconds()
+        if written is not None:
+            self.deadline.wrote_checkpoint(written)
         refit = self.deadline.refit(self.step, self.max_steps, cfg.eval_every, cfg.checkpoint_every,
                                     lambda values: distributed.maxima(values, self.world_size, self.device))
         if refit is None:

@@ -3,6 +3,9 @@ benchmarks/kaggle_layout.py, on made-up comments (no real text in the tests)."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -10,6 +13,8 @@ from bertlib.data import LABELS, comments, load_comments, load_corpus
 from bertlib.pretraining import sources
 from bertlib.text.wordpiece import WordPieceTokenizer
 from conftest import benchmark_script
+
+TALK_CORPUS = Path(__file__).resolve().parent.parent / "benchmarks" / "talk_corpus"
 
 
 def made_up_comments(path, n: int = 40):
@@ -56,3 +61,17 @@ def test_the_corpus_with_more_documents_holds_both(tmp_path):
     assert len(list((tmp_path / "both").glob("*.txt"))) == len(load_corpus()) + 1
     with pytest.raises(SystemExit, match="no .txt"):
         inputs.main(["corpus", "--extra", str(tmp_path), "--out", str(tmp_path / "other")])
+
+
+def test_the_talk_corpus_shares_no_run_of_eight_words_with_the_labelled_comments():
+    """benchmarks/talk_corpus was written for the search's register candidate: were it to repeat a labelled comment,
+    pretraining on it would read the task's answers."""
+    def runs(text: str) -> set[tuple[str, ...]]:
+        words = re.findall(r"[a-z0-9']+", text.lower())
+        return {tuple(words[i:i + 8]) for i in range(len(words) - 7)}
+
+    documents = sorted(TALK_CORPUS.glob("*.txt"))
+    assert len(documents) == 60
+    labelled = set().union(*(runs(text) for text in load_comments().frame["comment_text"]))
+    shared = {path.name: sorted(runs(path.read_text(encoding="utf-8")) & labelled)[:2] for path in documents}
+    assert not {name: found for name, found in shared.items() if found}

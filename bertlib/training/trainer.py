@@ -247,11 +247,14 @@ class Trainer(TrainerState):
         log_now = self.step % cfg.log_every == 0 or at_end
         evaluate_now = self.eval_dataset is not None and (
             at_end or (cfg.eval_every is not None and self.step % cfg.eval_every == 0))
-        save_last = cfg.out_dir is not None and (at_end or self.step == target or stop)
-        save_now = save_last or (cfg.out_dir is not None and cfg.checkpoint_every is not None
-                                 and self.step % cfg.checkpoint_every == 0)
-        if log_now or evaluate_now or save_now or self.step == target or stop:
+        checkpoint_due = cfg.out_dir is not None and cfg.checkpoint_every is not None and \
+            self.step % cfg.checkpoint_every == 0
+        if log_now or evaluate_now or checkpoint_due or self.step == target or stop:
             self._read()  # the one wait for the device; raises NonFiniteLossError for a bad step
+            if self.world_size > 1:
+                stop = self.log.peers_stop  # under DDP a Ctrl-C rides in the step's numbers: this read's, not the last
+        save_last = cfg.out_dir is not None and (at_end or self.step == target or stop)
+        save_now = save_last or checkpoint_due
         self.log.add_seconds(time.perf_counter() - started)  # the step alone: evaluation and checkpoints are not in it
         record: dict[str, float] = {}
         if log_now:

@@ -194,3 +194,28 @@ def test_a_step_that_compiles_a_graph_is_not_taken_for_the_machine_s_speed(monke
     moves = [(step, move.seconds_per_step) for step, move in refits if move is not None]
     assert any(step > 51 for step, _ in moves), moves  # a re-fit came after the compile at step 51
     assert all(per_step <= 0.1 + 1e-9 for _, per_step in moves), moves
+
+
+def failing_backward():
+    """A backend whose forward graphs compile and whose backward graph fails, as AOTAutograd compiles it: lazily,
+    at the first backward()."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    def forward_compiler(graph, example_inputs):
+        return graph.forward
+
+    def backward_compiler(graph, example_inputs):
+        raise RuntimeError("no working C++ compiler found for the backward graph")
+
+    return aot_autograd(fw_compiler=forward_compiler, bw_compiler=backward_compiler)
+
+
+def test_a_backward_graph_that_fails_to_compile_goes_on_eager_instead_of_ending_the_run(monkeypatch, capsys):
+    data = classification_data(16)
+    eager = Trainer(classifier(), quiet(), data, stack).train()
+    compile_with(monkeypatch, failing_backward())
+    trainer = Trainer(classifier(), quiet(compile=True), data, stack)
+    fallen = trainer.train()
+    assert "backward graph" in trainer.compile_failure
+    assert capsys.readouterr().out.count("going on eager") == 1
+    assert [r["loss"] for r in fallen.records] == pytest.approx([r["loss"] for r in eager.records], rel=1e-6)

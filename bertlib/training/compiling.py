@@ -55,7 +55,8 @@ def choose_compile(requested: bool | None, device: torch.device) -> CompileChoic
 
 class CompiledOrEager(nn.Module):
     """`model`, compiled on its first call; where a compiled call fails (no compiler, an unsupported GPU or
-    operation), the same call runs eager, one line says why, and the model stays eager from then on.
+    operation), the same call runs eager, one line says why, and the model stays eager from then on. A backward
+    graph that fails to compile is the Trainer's to catch (`fall_back`): it redoes the step eager.
 
     An error that the eager model raises too (a wrong batch, out of memory) is raised as the eager model raises
     it. `compiled` is None once the model has gone eager."""
@@ -77,11 +78,19 @@ class CompiledOrEager(nn.Module):
             return self.compiled(*args, **kwargs)
         except Exception as error:  # any compiler failure: the eager call below raises a real error again
             output = self.eager(*args, **kwargs)
-            object.__setattr__(self, "compiled", None)
-            self.failure = _why(error)
-            if self.announce:
-                print(f"torch.compile failed ({self.failure}); going on eager")
+            self.fall_back(error)
             return output
+
+    def fall_back(self, error: Exception) -> bool:
+        """Go eager after `error` (a failed compile, say of the backward graph, which AOTAutograd builds lazily at
+        the first backward()), saying why once; False if the model was eager already, so the error is real."""
+        if self.compiled is None:
+            return False
+        object.__setattr__(self, "compiled", None)
+        self.failure = _why(error)
+        if self.announce:
+            print(f"torch.compile failed ({self.failure}); going on eager")
+        return True
 
 
 def graphs_compiled() -> int:

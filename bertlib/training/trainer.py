@@ -197,10 +197,32 @@ class Trainer(TrainerState):
         """One optimizer update over accumulation_steps micro-batches. Its numbers go into the step log and stay on
         the device: the loop reads them on logging, evaluation and checkpoint steps, not here."""
         step = self.step + 1  # the update this call makes (self.step counts the updates done)
-        accumulation = self.config.accumulation_steps
-        micro_batches = self.stream.take(accumulation)  # collated on the CPU, each seeded by its place in the data
+        micro_batches = self.stream.take(self.config.accumulation_steps)  # collated on the CPU, seeded by place
         counts = [batches.target_counts(batch) for batch in micro_batches]  # what each loss is a mean over
         step_counts = distributed.summed_counts(counts, self.world_size, self.device)  # the whole step's
+        try:
+            losses, metrics = self._forward_backward(micro_batches, counts, step_counts, step)
+        except Exception as error:  # torch.compile builds a backward graph at its first backward(), outside forward
+            if not (isinstance(self._train_model, CompiledOrEager) and self._train_model.fall_back(error)):
+                raise
+            self.optimizer.zero_grad(set_to_none=True)
+            losses, metrics = self._forward_backward(micro_batches, counts, step_counts, step)  # the step, eager
+
+        self.update.unscale()  # fp16: gradients back to their true size before clipping
+        max_norm = self.config.grad_clip if self.config.grad_clip is not None else math.inf  # None: only measured
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        self.log.queue(step, losses, metrics, grad_norm, lr=self.optimizer.param_groups[0]["lr"],
+                       tokens=step_counts[TOKENS], stop_requested=self.stop.requested)  # under DDP a Ctrl-C rides along
+        if self.update.reads_each_step:
+            self._read()  # without the fused kernel or a scaler, nothing skips on the device: check before updating
+        self.update.step()  # skipped on the device if this step, or one since the last read, went wrong
+        self.scheduler.step()
+
+    def _forward_backward(self, micro_batches: list[Any], counts: list[dict[str, int]], step_counts: dict[str, Any],
+                          step: int) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """Forward and backward over the step's micro-batches, each loss weighted by its share of the step's targets;
+        returns the step's losses and metrics (on the device)."""
+        accumulation = self.config.accumulation_steps
         losses: dict[str, torch.Tensor] = {}  # each loss term as a mean over the step's targets
         metrics: dict[str, torch.Tensor] = {}
         for index, (raw, count) in enumerate(zip(micro_batches, counts, strict=True)):
@@ -229,16 +251,7 @@ class Trainer(TrainerState):
                         metrics[key] = metrics.get(key, 0.0) + value / accumulation
         if "loss" not in losses:
             losses["loss"] = sum(losses.values())
-
-        self.update.unscale()  # fp16: gradients back to their true size before clipping
-        max_norm = self.config.grad_clip if self.config.grad_clip is not None else math.inf  # None: only measured
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
-        self.log.queue(step, losses, metrics, grad_norm, lr=self.optimizer.param_groups[0]["lr"],
-                       tokens=step_counts[TOKENS], stop_requested=self.stop.requested)  # under DDP a Ctrl-C rides along
-        if self.update.reads_each_step:
-            self._read()  # without the fused kernel or a scaler, nothing skips on the device: check before updating
-        self.update.step()  # skipped on the device if this step, or one since the last read, went wrong
-        self.scheduler.step()
+        return losses, metrics
 
     def _after_step(self, started: float, target: int, bar: tqdm) -> None:
         """Read the step log where something needs the numbers, then log, evaluate, save or stop as due."""

@@ -219,3 +219,30 @@ def test_a_backward_graph_that_fails_to_compile_goes_on_eager_instead_of_ending_
     assert "backward graph" in trainer.compile_failure
     assert capsys.readouterr().out.count("going on eager") == 1
     assert [r["loss"] for r in fallen.records] == pytest.approx([r["loss"] for r in eager.records], rel=1e-6)
+
+
+def test_an_evaluation_that_compiles_is_not_taken_for_what_every_evaluation_costs(monkeypatch):
+    """Without a probe (a resumed run), the first evaluation compiles its eval-mode graph (here 10 s): that time was
+    reserved for every evaluation to come, pulling the end in, then out again at the next one."""
+    clock = FakeClock()
+    compile_with(monkeypatch, counting([], on_compile=lambda: clock.advance(10.0)))
+
+    def collate(items):
+        clock.advance(0.1)  # a batch's work, training or held out
+        return stack(items)
+
+    deadline, costs = Deadline(30, clock=clock), []
+    evaluate = Trainer.evaluate
+
+    def noted(trainer):
+        scores = evaluate(trainer)
+        costs.append(deadline.evaluation)  # before this evaluation's own cost is recorded: the one the refits used
+        return scores
+
+    monkeypatch.setattr(Trainer, "evaluate", noted)
+    trainer = Trainer(classifier(), quiet(max_steps=200, compile=True, log_every=5, eval_every=40),
+                      classification_data(64), collate, eval_dataset=classification_data(8, seed=1),
+                      deadline=deadline)
+    trainer.train()
+    assert len(costs) >= 3 and max(costs) < 1.0, costs  # an evaluation costs 0.2 s (two batches), never the 10 s
+    assert deadline.evaluation == pytest.approx(0.2)

@@ -105,10 +105,12 @@ class Deadline:
         return self.spent + (self.clock() - self._since if self._since is not None else 0.0)
 
     @contextlib.contextmanager
-    def set_aside(self, kind: str, background: bool = False) -> Iterator[None]:
+    def set_aside(self, kind: str, background: bool = False,
+                  compiled: Callable[[], bool] = lambda: False) -> Iterator[None]:
         """Time an evaluation or a checkpoint (`kind`): not a training step; its latest cost is paid for each to
         come. A checkpoint written in the `background` costs the step only its start; one written whole is what
-        the last checkpoint will cost."""
+        the last checkpoint will cost. One that `compiled` a graph is set aside without being taken for the cost
+        of the next (the first compiled evaluation pays for its compiling once)."""
         if kind not in ("evaluation", "checkpoint"):
             raise ValueError(f"set_aside times an 'evaluation' or a 'checkpoint', not {kind!r}")
         began = self.clock()
@@ -117,12 +119,13 @@ class Deadline:
         finally:
             seconds = self.clock() - began
             self._aside += seconds
-            if kind == "evaluation":
-                self.evaluation = seconds
-            elif background:
-                self.checkpoint = seconds
-            else:
-                self.last_checkpoint = seconds
+            if not compiled():
+                if kind == "evaluation":
+                    self.evaluation = seconds
+                elif background:
+                    self.checkpoint = seconds
+                else:
+                    self.last_checkpoint = seconds
 
     def wrote_checkpoint(self, seconds: float) -> None:
         """A background write finished after `seconds` on its thread: the last checkpoint, written in the

@@ -302,8 +302,13 @@ class Trainer(TrainerState):
             self.deadline.exclude(self.deadline.clock() - began)
 
     def _set_aside(self, kind: str, background: bool = False) -> contextlib.AbstractContextManager:
-        """Time an evaluation or a checkpoint for the deadline (it is not a training step)."""
-        return nullcontext() if self.deadline is None else self.deadline.set_aside(kind, background)
+        """Time an evaluation or a checkpoint for the deadline (it is not a training step); one that compiled a graph
+        (the eval-mode one) is not taken for what the next will cost."""
+        if self.deadline is None:
+            return nullcontext()
+        graphs = graphs_compiled() if self.config.compile else None
+        return self.deadline.set_aside(kind, background, compiled=lambda: graphs is not None and
+                                       graphs_compiled() > graphs)
 
     def _refit(self, bar: tqdm) -> None:
         """Move the last step where the time budget now puts it, re-laying the decay from the rate of this step."""

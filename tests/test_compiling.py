@@ -14,7 +14,7 @@ import pytest
 import torch
 from ddp_worker import classification_data, classifier, stack
 
-from bertlib.training import Trainer, TrainingConfig, compiling
+from bertlib.training import Trainer, TrainingConfig, compiling, time_budget
 from bertlib.training.compiling import CompiledOrEager, choose_compile
 from bertlib.training.deadline import Deadline
 from bertlib.training.time_budget import fit_steps_to_budget
@@ -140,15 +140,31 @@ class FakeClock:
         self.now += seconds
 
 
-def test_the_probe_reserves_its_compiling_in_the_budget(monkeypatch):
+def test_the_probe_reserves_its_compiling_in_the_budget_where_the_run_would_compile_again(monkeypatch):
     clock, graphs = FakeClock(), []
     compile_with(monkeypatch, counting(graphs, on_compile=lambda: clock.advance(30.0),
                                        on_run=lambda: clock.advance(0.5)))
+    monkeypatch.setattr(time_budget, "_reuses_graphs", lambda *args: False)  # as in another process
     budget = fit_steps_to_budget(classifier(), quiet(compile=True), classification_data(16), stack, seconds=60,
                                  probe_steps=4, clock=clock)  # every batch of one shape: one graph
     assert len(graphs) == 1 and budget.seconds_per_step == pytest.approx(0.5)
     assert budget.seconds_compiling == pytest.approx(30.0) and budget.steps == 60  # (60 - 30) / 0.5, not 120
     assert "30 s compiling" in budget.line() and budget.compile_failure is None
+
+
+def test_the_probe_reserves_nothing_where_the_run_finds_its_graphs_compiled(monkeypatch):
+    """In one process a new copy of the model runs on the probe's graphs (dynamo's cache): the compiling was
+    reserved a second time, so the run started with too few steps."""
+    clock, graphs = FakeClock(), []
+    compile_with(monkeypatch, counting(graphs, on_compile=lambda: clock.advance(30.0),
+                                       on_run=lambda: clock.advance(0.5)))
+    budget = fit_steps_to_budget(classifier(), quiet(compile=True), classification_data(16), stack, seconds=60,
+                                 probe_steps=4, clock=clock)
+    assert budget.seconds_compiling == 0.0 and budget.steps == 120 and "compiling" not in budget.line()
+    run = Trainer(classifier(), quiet(compile=True, max_steps=3), classification_data(16), stack)
+    run.train()
+    run.close()
+    assert len(graphs) == 1  # the run compiled nothing: the probe's reservation would have been paid twice
 
 
 def test_a_probe_whose_compile_fails_says_so_and_reserves_nothing(monkeypatch, capsys):

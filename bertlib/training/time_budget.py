@@ -10,9 +10,11 @@ The probe trains a throwaway copy: a deep copy of the model under its own Traine
 no evaluation, no progress bar) on the real dataset and collator, with the real device, precision, batch size
 and accumulation, so it times what a real step costs (data, forward, backward, clipping, update). One step
 (two with torch.compile) warms up first (allocations, kernels, compilation); then `probe_steps` steps are timed.
-Under torch.compile the warm-up's time beyond its steps' share is the compiling, which the real run pays again
-(less where torch's compile cache serves it), so the budget reserves it once; the graphs of other padded shapes,
-compiled later in the run, are what the deadline's re-fits absorb. The model
+Under torch.compile the warm-up's time beyond its steps' share is the compiling. The probe then runs a step (and
+an evaluation) of a second copy: in the same process dynamo's cache usually serves it the probe's graphs, and then
+the run compiles nothing again and nothing is reserved; where that copy compiles anew, the budget reserves the
+compiling once. The graphs of other padded shapes, compiled later in the run, are what the deadline's re-fits
+absorb. The model
 passed in is never touched, and the caller's Python, NumPy and torch RNG states are given back afterwards.
 Under torchrun every process probes together and all take the slowest process's time, so that they agree.
 
@@ -45,6 +47,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import Dataset
 
+from bertlib.training.compiling import graphs_compiled
 from bertlib.training.config import TrainingConfig
 from bertlib.training.deadline import Deadline, steps_that_fit
 from bertlib.training.devices import local_rank, pick_device
@@ -189,6 +192,9 @@ def _probe(model: nn.Module, config: TrainingConfig, train_dataset: Dataset,
         failure = probe.compile_failure
         if failure is not None:  # the run goes eager: it compiles nothing
             compiling = 0.0
+        elif config.compile and _reuses_graphs(model, probe_config, train_dataset, collate_fn, metrics_fn,
+                                               eval_dataset, batch_sampler):
+            compiling = 0.0  # the run will find the probe's graphs too: its compiling is paid already
         if config.out_dir is not None:
             with tempfile.TemporaryDirectory(prefix="bertlib-probe-") as folder:
                 probe.config = dataclasses.replace(probe.config, out_dir=folder)
@@ -205,6 +211,24 @@ def _probe(model: nn.Module, config: TrainingConfig, train_dataset: Dataset,
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
         times = tuple(slowest.tolist())
     return _Probed(*times, failure)
+
+
+def _reuses_graphs(model: nn.Module, config: TrainingConfig, train_dataset: Dataset,
+                   collate_fn: Callable[[list[Any]], Any] | None, metrics_fn: Callable[..., dict[str, float]] | None,
+                   eval_dataset: Dataset | None, batch_sampler: BatchSampler | None) -> bool:
+    """Whether a fresh copy of `model` trains a step (and evaluates) on the graphs the probe compiled, compiling
+    none: then the run, in this process, will too."""
+    before = graphs_compiled()
+    again = Trainer(copy.deepcopy(model), dataclasses.replace(config, max_steps=1), train_dataset, collate_fn,
+                    metrics_fn=metrics_fn, batch_sampler=copy.deepcopy(batch_sampler))
+    try:
+        again.train()
+        if eval_dataset is not None:
+            again.eval_dataset = eval_dataset
+            again.evaluate()
+    finally:
+        again.close()
+    return graphs_compiled() == before
 
 
 def _timed(work: Callable[[], Any], device: torch.device, clock: Callable[[], float]) -> float:

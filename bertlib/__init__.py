@@ -31,23 +31,48 @@ __getattr__, __dir__, _lazy_names = lazy_exports(__name__, {
     "model.bert": ("BertForPreTraining", "BertForSequenceClassification", "BertModel"),
     "model": ("hf",),
 })
-__all__ = [*_lazy_names, "SourceCode", "show"]
+__all__ = [*_lazy_names, "FoldedText", "SourceCode", "fold", "show"]
 
 
-class SourceCode:
-    """The source of a function or class: folded under its name in a notebook's HTML, plain text elsewhere."""
+class FoldedText:
+    """Text folded under a one-line summary in a notebook's HTML, so that the page reads on; plain text elsewhere."""
 
-    def __init__(self, obj: object) -> None:
-        self.name = f"{obj.__module__}.{obj.__qualname__}"
-        self.text = inspect.getsource(obj)
+    def __init__(self, summary: str, text: str) -> None:
+        self.summary, self.text = summary, text
 
     def __repr__(self) -> str:
         return self.text
 
     def _repr_html_(self) -> str:
-        lines = self.text.count("\n")
-        return (f"<details><summary>bertlib's code: <code>{html.escape(self.name)}</code> ({lines} lines, click to "
-                f"open)</summary><pre>{html.escape(self.text)}</pre></details>")
+        return f"<details><summary>{self.summary}</summary><pre>{html.escape(self.text)}</pre></details>"
+
+
+class SourceCode(FoldedText):
+    """The source of a function or class: folded under its name in a notebook's HTML, plain text elsewhere."""
+
+    def __init__(self, obj: object) -> None:
+        self.name = f"{obj.__module__}.{obj.__qualname__}"
+        text = inspect.getsource(obj)
+        super().__init__(f"bertlib's code: <code>{html.escape(self.name)}</code> ({text.count(chr(10))} lines, click "
+                         "to open)", text)
+
+
+def _display(shown: FoldedText) -> None:
+    """Display `shown` folded in a notebook; print it elsewhere."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:
+        get_ipython = None
+    if get_ipython is not None and get_ipython() is not None:
+        display(shown)
+    else:
+        print(shown.text)
+
+
+def fold(summary: str, text: str) -> None:
+    """Show a long output folded under `summary` (plain text) in a notebook (also course.fold); printed elsewhere."""
+    _display(FoldedText(f"{html.escape(summary)} (click to open)", text))
 
 
 def show(obj: object) -> None:
@@ -56,13 +81,4 @@ def show(obj: object) -> None:
     In a notebook it is folded under its name, so that the page reads on and the code is one click away (Jupyter,
     Colab, Kaggle and the site render the fold); outside one it is printed.
     """
-    source = SourceCode(obj)
-    try:
-        from IPython import get_ipython
-        from IPython.display import display
-    except ImportError:
-        get_ipython = None
-    if get_ipython is not None and get_ipython() is not None:
-        display(source)
-    else:
-        print(source.text)
+    _display(SourceCode(obj))

@@ -323,6 +323,15 @@ def test_show_prints_the_source_outside_a_notebook_and_folds_it_under_its_name_i
     assert "&gt;" in folded and "-> dict" not in folded  # the code is escaped inside the fold
 
 
+def test_a_long_output_is_folded_under_its_summary_in_a_notebook_and_printed_elsewhere(capsys):
+    from bertlib import FoldedText, fold
+
+    fold("24 commands <of the run>", "python a.py --x 1\npython b.py")
+    assert capsys.readouterr().out == "python a.py --x 1\npython b.py\n"
+    folded = FoldedText("24 commands", "a < b")._repr_html_()
+    assert folded == "<details><summary>24 commands</summary><pre>a &lt; b</pre></details>"
+
+
 @pytest.mark.slow
 def test_notebook_07_on_its_own_fine_tunes_the_shipped_run_and_prints_no_nan(tmp_path, run_course):
     result = run_course("--only", "07", notebooks=ROOT / "notebooks", artifacts=tmp_path / "fresh")  # no 06 there

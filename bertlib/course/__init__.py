@@ -21,7 +21,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
                 "gpu_minutes", "GPU_MINUTES_VARIABLE", "device", "notebooks_dir", "NOTEBOOKS", "COLAB_ARTIFACTS",
                 "KAGGLE_ARTIFACTS", "ArtifactsError",
                 "host", "artifacts_root", "artifacts_dir", "keep_hint", "data_summary", "setup",
-                "pretrained_bert_source", "checkpoint_name", "pretrained_file", "needs", "show"),
+                "pretrained_bert_source", "checkpoint_name", "pretrained_file", "needs", "fold", "show"),
     "setup_cell": ("REPOSITORY", "PROTECTED", "NO_DEPS", "SETUP_MARK", "FOLDED", "cell_source", "colab_url",
                    "host_pins", "InstallFailed", "pip_failure", "install_requirements", "install",
                    "notebooks_to_set_up", "setup_cell_of", "badges_source", "set_up", "set_up_files", "write_notebooks",

@@ -22,7 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import TypeVar
 
-from bertlib import show as show  # notebooks call course.show; the one definition is bertlib.show
+from bertlib import fold as fold  # notebooks call course.fold and course.show; the definitions are bertlib's
+from bertlib import show as show
 from bertlib.basics import shown_path
 
 T = TypeVar("T")

@@ -96,13 +96,17 @@ def test_a_refit_is_announced_once_the_end_moved_a_tenth_from_the_end_last_annou
     deadline = Deadline(100, clock=clock, window=0.5, tolerance=0.0, drift=0.0)
     deadline.start()
     deadline.refit(10, 1000, None, None)
-    ends = []
+    ends, refits = [], []
     for step, seconds_per_step in zip(range(20, 70, 10), (0.105, 0.11, 0.115, 0.12, 0.125), strict=True):
         clock.now += 10 * seconds_per_step  # the machine slows a little at a time
         refit = deadline.refit(step, ends[-1][0] if ends else 1000, None, None)
         ends.append((refit.now, refit.worth_saying))
+        refits.append(refit)
     said = [end for end, worth_saying in ends if worth_saying]
     assert len(said) < len(ends) and all(abs(b - a) >= 0.1 * a for a, b in zip([1000, *said], said, strict=False))
+    lines = [refit.line() for refit in refits if refit.worth_saying]
+    for line, before in zip(lines, [1000, *said], strict=False):  # each printed line replaces the end printed last
+        assert line.endswith(f"instead of {before:,}; the learning rate decays to 0 there"), line
 
 
 def test_a_refit_stays_within_the_least_and_the_most_steps_asked_for():

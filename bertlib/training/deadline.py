@@ -58,12 +58,14 @@ class Refit:
     seconds_per_step: float
     seconds_left: float
     worth_saying: bool  # the end moved 10% or more from the one last announced
+    announced: int | None = None  # the end the last printed line (or the probe) gave, which this line replaces
 
     def line(self) -> str:
-        """One line saying what moved and why."""
+        """One line saying what moved and why, against the end last announced (smaller moves are not printed)."""
+        replaced = self.was if self.announced is None else self.announced
         return (f"time budget: step {self.step:,}: {self.seconds_per_step:.3g} s per step lately, "
                 f"{max(self.seconds_left, 0):.0f} s left -> the run now ends at step {self.now:,} instead of "
-                f"{self.was:,}; the learning rate decays to 0 there")
+                f"{replaced:,}; the learning rate decays to 0 there")
 
 
 class Deadline:
@@ -166,7 +168,7 @@ class Deadline:
         said = self._said if self._said is not None else last_step
         worth_saying = abs(end - said) >= 0.1 * said
         self._said = end if worth_saying else said
-        return Refit(step, last_step, end, per_step, left, worth_saying)
+        return Refit(step, last_step, end, per_step, left, worth_saying, announced=said)
 
     def line(self, last_step: int) -> str:
         """How long the run took against its budget, and how its end (now `last_step`) moved."""

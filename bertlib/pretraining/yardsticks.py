@@ -108,11 +108,12 @@ class MaskedScores:
         return self.bigram_hits / self.masked
 
     def line(self) -> str:
-        """One line: the three accuracies (the model's with its 95% interval) and the two losses."""
+        """One line: the three accuracies (the model's with its 95% interval) and the two losses, all at the [MASK]
+        positions (the Trainer's held-out MLM loss and accuracy count every chosen position, unchanged ones too)."""
         low, high = wilson_interval(self.model_hits, self.masked)
         return (f"held-out [MASK] positions: {self.masked:,}; model {self.accuracy:.1%} (95% interval "
                 f"{low:.1%}-{high:.1%}), frequency guesser {self.frequency:.1%}, bigram guesser {self.bigram:.1%}; "
-                f"MLM loss {self.model_loss:.2f} vs {self.unigram_loss:.2f} knowing only the token frequencies")
+                f"loss there {self.model_loss:.2f} nats vs {self.unigram_loss:.2f} knowing only the token frequencies")
 
 
 @torch.no_grad()

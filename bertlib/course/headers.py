@@ -205,8 +205,8 @@ def header_source(path: Path, notebook: NotebookNode, run_times: dict[str, dict[
     else:
         took = f"{run['seconds']:.0f} seconds" if run["seconds"] < 90 else f"{run['seconds'] / 60:.1f} minutes"
         running = f"{took} on {run['device']}, the course's last full run ({run['date']})"
-    gpu = ("yes: it trains at real size on a CUDA GPU, and runs small on a CPU" if has_gpu_cell(notebook) else
-           "none: everything runs on a CPU")
+    gpu = ("yes: it trains at real size on a CUDA GPU; on a CPU it says what it would do, and skips"
+           if has_gpu_cell(notebook) else "none: everything runs on a CPU")
     return "\n".join([
         f"{HEADER_MARK} {builds}.",
         f"- **Builds on:** {', '.join(needs) if needs else 'nothing: start here'}",

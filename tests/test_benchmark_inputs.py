@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
+from safetensors.torch import load_file
 
-from bertlib.data import LABELS, comments, load_comments, load_corpus
+from bertlib.data import LABELS, comments, load_comments, load_corpus, sample_dir
 from bertlib.pretraining import sources
 from bertlib.text.wordpiece import WordPieceTokenizer
 from conftest import benchmark_script
@@ -75,3 +77,14 @@ def test_the_talk_corpus_shares_no_run_of_eight_words_with_the_labelled_comments
     labelled = set().union(*(runs(text) for text in load_comments().frame["comment_text"]))
     shared = {path.name: sorted(runs(path.read_text(encoding="utf-8")) & labelled)[:2] for path in documents}
     assert not {name: found for name, found in shared.items() if found}
+
+
+def test_a_last_phase_at_longer_windows_trains_the_positions_beyond_the_first_run_s(tmp_path):
+    inputs = benchmark_script("payoff_inputs")
+    shipped = sample_dir() / "long_cpu_run" / "pretrained"
+    inputs.main(["longer", "--init", str(shipped), "--steps", "2", "--seq-len", "32", "--batch-size", "4",
+                 "--out", str(tmp_path / "longer")])
+    before, after = (load_file(folder / "model.safetensors") for folder in (shipped, tmp_path / "longer"))
+    name = next(key for key in before if "position" in key)
+    assert (after[name][16:32] - before[name][16:32]).abs().max() > 1e-4  # rows the 16-token run never trained
+    torch.testing.assert_close(after[name][32:], before[name][32:], rtol=1e-4, atol=0)  # weight decay alone

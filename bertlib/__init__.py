@@ -37,11 +37,11 @@ __all__ = [*_lazy_names, "FoldedText", "SourceCode", "fold", "show"]
 class FoldedText:
     """Text folded under a one-line summary in a notebook's HTML, so that the page reads on; plain text elsewhere."""
 
-    def __init__(self, summary: str, text: str) -> None:
-        self.summary, self.text = summary, text
+    def __init__(self, summary: str, text: str, plain: str | None = None) -> None:
+        self.summary, self.text, self.plain = summary, text, plain
 
     def __repr__(self) -> str:
-        return self.text
+        return self.text if self.plain is None else self.plain  # what a notebook keeps beside the HTML
 
     def _repr_html_(self) -> str:
         return f"<details><summary>{self.summary}</summary><pre>{html.escape(self.text)}</pre></details>"
@@ -72,7 +72,8 @@ def _display(shown: FoldedText) -> None:
 
 def fold(summary: str, text: str) -> None:
     """Show a long output folded under `summary` (plain text) in a notebook (also course.fold); printed elsewhere."""
-    _display(FoldedText(f"{html.escape(summary)} (click to open)", text))
+    lines = text.count("\n") + 1
+    _display(FoldedText(f"{html.escape(summary)} (click to open)", text, plain=f"{summary} ({lines} lines, folded)"))
 
 
 def show(obj: object) -> None:

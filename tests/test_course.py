@@ -328,8 +328,9 @@ def test_a_long_output_is_folded_under_its_summary_in_a_notebook_and_printed_els
 
     fold("24 commands <of the run>", "python a.py --x 1\npython b.py")
     assert capsys.readouterr().out == "python a.py --x 1\npython b.py\n"
-    folded = FoldedText("24 commands", "a < b")._repr_html_()
-    assert folded == "<details><summary>24 commands</summary><pre>a &lt; b</pre></details>"
+    folded = FoldedText("24 commands", "a < b", plain="24 commands (1 lines, folded)")
+    assert folded._repr_html_() == "<details><summary>24 commands</summary><pre>a &lt; b</pre></details>"
+    assert repr(folded) == "24 commands (1 lines, folded)"  # the HTML alone carries the text, once
 
 
 @pytest.mark.slow

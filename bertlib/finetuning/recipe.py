@@ -168,10 +168,10 @@ def fine_tune(
     classifier = init if isinstance(init, ToxicityClassifier) else load_classifier(init, label_names, config)
     if classifier.label_names != list(label_names):
         raise ValueError(f"the classifier predicts {classifier.label_names}, the data has {list(label_names)}")
-    if config.freeze_encoder:
-        bert = classifier.model.bert
-        for part in (bert.embeddings, bert.layers):
-            part.requires_grad_(False)  # frozen parameters stay out of the optimizer (training.optimizer)
+    if config.freeze_encoder:  # the parts encoder_lr_scale slows; frozen ones stay out of the optimizer
+        for name, param in classifier.model.named_parameters():
+            if name.startswith(ENCODER_PREFIXES):
+                param.requires_grad_(False)
     train, collate, training = training_parts(classifier, train_texts, train_labels, config)
     validation = eval_sampler = None
     if val_texts is not None and config.eval_every is not None:

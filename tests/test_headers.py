@@ -54,7 +54,33 @@ def test_the_main_line_leaves_out_details_blocks_and_folded_code_cells():
     assert (reading.main_minutes, reading.total_minutes) == (1, 4)
     path = ROOT / "notebooks" / "04_attention.ipynb"
     header = headers.header_source(path, nbformat.v4.new_notebook(cells=cells), {})
-    assert "about 1 minutes on the main line (7 words of prose and code), 4 with the folded" in header
+    assert "about 1 minutes on the main line (7 words of prose, code and output), 4 with the folded" in header
+
+
+def test_the_reading_time_counts_the_outputs_a_learner_sees():
+    """A stream and a result in full; an output folded in its HTML (bertlib.fold, course.show) by its summary on
+    the main line and in full with the folded parts; a figure not at all; outputs collapsed in Jupyter only there."""
+    import bertlib
+
+    printed = nbformat.v4.new_code_cell("print(x)", outputs=[
+        nbformat.v4.new_output("stream", name="stdout", text="seen " * 30)])
+    result = nbformat.v4.new_code_cell("x", outputs=[nbformat.v4.new_output("execute_result", data={
+        "text/plain": "value " * 20}, execution_count=1)])
+    shown = bertlib.FoldedText("three summary words", "body " * 100, plain="three summary words (100 lines)")
+    folded = nbformat.v4.new_code_cell("fold()", outputs=[nbformat.v4.new_output("display_data", data={
+        "text/html": shown._repr_html_(), "text/plain": repr(shown)})])
+    figure = nbformat.v4.new_code_cell("plot()", outputs=[nbformat.v4.new_output("display_data", data={
+        "image/png": "iVBORw0KGgo=", "text/plain": "<Figure size 640x480 with 1 Axes>"})])
+    collapsed = nbformat.v4.new_code_cell("print(y)", outputs=[
+        nbformat.v4.new_output("stream", name="stdout", text="hidden " * 40)])
+    collapsed.metadata["jupyter"] = {"outputs_hidden": True}
+    setup = nbformat.v4.new_code_cell("# @title Setup", outputs=[
+        nbformat.v4.new_output("stream", name="stdout", text="device: cpu")])
+    cells = [setup, printed, result, folded, figure, collapsed]
+    reading = headers.reading_words(nbformat.v4.new_notebook(cells=cells))
+    code = 1 + 1 + 1 + 1 + 1
+    assert reading.main_words == 2 + code + 30 + 20 + 3
+    assert reading.total_words == 2 + code + 30 + 20 + 3 + 100 + 40
 
 
 MAIN_LINE_MINUTES = 30

@@ -3,9 +3,10 @@
 `python -m bertlib.course.setup_cell --write-notebooks` writes both into every notebook and solution, and
 `python -m bertlib.course --inplace` rewrites the header after it runs a notebook. The header's parts come
 from three places: `CATALOG` (what a notebook builds and which notebooks it builds on: the only typed words),
-the notebook's own cells (reading time at WORDS_PER_MINUTE, of the main line and with the folded parts; whether
-a cell branches on a CUDA device) and notebooks/run_times.json, where the runner keeps the seconds each notebook
-took in its last full run and the device that run reported. Imports no torch.
+the notebook's own cells (reading time at WORDS_PER_MINUTE of their prose, code and visible outputs, of the main
+line and with the folded parts; whether a cell branches on a CUDA device) and notebooks/run_times.json, where
+the runner keeps the seconds each notebook took in its last full run and the device that run reported. Imports no
+torch.
 
 Leaves out: timing anything itself; a notebook never run in full says "not measured yet".
 """
@@ -127,7 +128,7 @@ def has_gpu_cell(notebook: NotebookNode) -> bool:
 
 
 class Reading(NamedTuple):
-    """A notebook's words of prose and code: on its main line, and in all, folded parts included."""
+    """A notebook's words of prose, code and outputs: on its main line, and in all, folded parts included."""
 
     main_words: int
     total_words: int
@@ -155,18 +156,48 @@ def is_folded_code(cell: NotebookNode) -> bool:
     return cell.cell_type == "code" and bool(cell.metadata.get("jupyter", {}).get("source_hidden"))
 
 
+FOLDED_OUTPUT = re.compile(r"^\s*<details>\s*<summary>(.*?)</summary>", re.DOTALL)
+"""An output shown as HTML folded under a summary (bertlib.fold, course.show): only the summary is in view."""
+
+_TAG = re.compile(r"<[^>]+>")
+
+
+def output_words(output: NotebookNode) -> tuple[int, int]:
+    """The words of one cell output (what the learner sees unfolded, and in all): a stream's text; a result's or a
+    display's plain text, or for one folded in its HTML the summary (and in all its HTML's text); none for a figure."""
+    if output.output_type == "stream":
+        words = len(output.text.split())
+        return words, words
+    data = output.get("data", {}) if output.output_type in ("execute_result", "display_data") else {}
+    if "image/png" in data or "image/svg+xml" in data:
+        return 0, 0
+    html = data.get("text/html", "")
+    folded = FOLDED_OUTPUT.match(html)
+    if folded:
+        return len(_TAG.sub(" ", folded.group(1)).split()), len(_TAG.sub(" ", html).split())
+    plain = len(data.get("text/plain", "").split())
+    return plain, plain
+
+
 def reading_words(notebook: NotebookNode) -> Reading:
-    """The words of every cell but the badges, the header and the setup cell (the first code cell): all of them,
-    and those of the main line, which leaves out `<details>` blocks and folded code cells."""
+    """The words of every cell but the badges, the header and the setup cell's source (the first code cell), and
+    of every output: all of them, and those of the main line, which leaves out `<details>` blocks, folded code
+    cells' source, folded outputs' bodies and outputs collapsed in Jupyter (`jupyter.outputs_hidden`)."""
     setup = next((cell for cell in notebook.cells if cell.cell_type == "code"), None)
     main = total = 0
     for cell in notebook.cells:
-        if cell is setup or cell.source.startswith((BADGE_MARK, HEADER_MARK)):
+        if cell.source.startswith((BADGE_MARK, HEADER_MARK)):
             continue
-        words = len(cell.source.split())
-        total += words
-        if not is_folded_code(cell):
-            main += len(FOLDED_BLOCK.sub(" ", cell.source).split()) if cell.cell_type == "markdown" else words
+        if cell is not setup:
+            words = len(cell.source.split())
+            total += words
+            if not is_folded_code(cell):
+                main += len(FOLDED_BLOCK.sub(" ", cell.source).split()) if cell.cell_type == "markdown" else words
+        collapsed = cell.metadata.get("jupyter", {}).get("outputs_hidden", False)
+        for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            shown, everything = output_words(output)
+            main += 0 if collapsed else shown
+            total += everything
     return Reading(main, total)
 
 
@@ -195,10 +226,10 @@ def header_source(path: Path, notebook: NotebookNode, run_times: dict[str, dict[
         needs = [_link(n, path.parent, solutions=False) for n in entry.builds_on]
     reading = reading_words(notebook)
     if reading.main_words == reading.total_words:
-        read = f"about {reading.main_minutes} minutes ({reading.total_words:,} words of prose and code)"
+        read = f"about {reading.main_minutes} minutes ({reading.total_words:,} words of prose, code and output)"
     else:
-        read = (f"about {reading.main_minutes} minutes on the main line ({reading.main_words:,} words of prose and "
-                f"code), {reading.total_minutes} with the folded \"Going deeper\" parts ({reading.total_words:,})")
+        read = (f"about {reading.main_minutes} minutes on the main line ({reading.main_words:,} words of prose, "
+                f"code and output), {reading.total_minutes} with the folded parts ({reading.total_words:,})")
     run = run_times.get(notebook_key(path))
     if run is None:
         running = "not measured yet (`python -m bertlib.course --inplace` measures it)"

@@ -48,13 +48,25 @@ def refused(owner):
     return {f"your code calls {owner}'s version", f"your code runs {owner}'s version"}
 
 
-GUARDED = [(ex.id, target) for ex in checking._load_all().values() for target in ex.implemented_by]
+GUARDED = [(ex.id, target) for ex in checking._load_all().values() for target in ex.implemented_by
+           if not target.startswith(borrowing.ATEN)]  # aten operators are watched as they run, never read
+ATEN_OPS = sorted({target.removeprefix(borrowing.ATEN) for ex in checking._load_all().values()
+                   for target in ex.implemented_by if target.startswith(borrowing.ATEN)})
 
 
 def test_the_capstone_pieces_and_every_piece_bertlib_implements_name_bertlib_s_versions():
     guarded = {exercise_id for exercise_id, _ in GUARDED}
     assert {"03.embed", "04.attention", "04.multi_head_attention", "05.feed_forward", "05.encoder_layer",
             "06.mask_tokens", "06.pretraining_loss", "01.strip_html", "02.merge_step", "07.pad_collator"} <= guarded
+
+
+@pytest.mark.parametrize("name", ATEN_OPS)
+def test_every_aten_operator_an_exercise_watches_is_one_torch_has(name):
+    """A misspelt operator would never fire. torch older than the installer's 2.13 may lack the newer ones
+    (`_safe_softmax`), and then no route reaches them either."""
+    if not hasattr(torch.ops.aten, name) and tuple(map(int, torch.__version__.split(".")[:2])) < (2, 13):
+        pytest.skip(f"torch {torch.__version__} has no aten.{name}")
+    assert hasattr(torch.ops.aten, name), f"torch.ops.aten has no {name}: a watch for it would never fire"
 
 
 def _target(target):

@@ -2,8 +2,11 @@
 
 An exercise names the implementations of its piece (`Exercise.implemented_by`): bertlib's, and where the exercise
 is to write what a library has, torch's, transformers', scikit-learn's or scipy's. Reading the code refuses one
-before it runs, with the name the learner wrote. Watching it run (`sys.setprofile`, which sees Python and C calls
-alike) refuses one however it is reached: through `getattr`, another name, a layer's method, a library's wrapper.
+before it runs, with the name the learner wrote, following only the attribute chains the code spells
+(`torch.softmax`, never `mine.softmax` because the code also uses `torch`). Watching it run refuses one however it is
+reached: `sys.setprofile` sees Python and C calls (through `getattr`, another name, a layer's method, a library's
+wrapper), and a `TorchDispatchMode` sees the aten operators torch runs below them (`torch.ops.aten._softmax`, a
+TorchScript function, `F.group_norm` standing in for a LayerNorm), in the learner's thread and in threads it starts.
 What `use` handed in for another exercise (04's attention inside 05's layer) is the notebook's, never the learner's
 borrowing. What neither can see: an implementation copied line for line into the learner's own cell.
 """
@@ -21,11 +24,21 @@ import sysconfig
 import threading
 import types
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from torch.utils._python_dispatch import TorchDispatchMode
+
 TRANSFORMERS_BERT = "transformers.models.bert.modeling_bert"
 """Where transformers keeps BERT, whose modules the exercises name among the implementations of their pieces."""
+
+UNWATCHED = "work sent to a thread pool started before the check"
+"""The start of a watch's hit that names no implementation: work handed to threads no hook reaches."""
+
+ATEN = "aten:"
+"""The prefix of a target that is one of torch's aten operators ("aten:_softmax"): watched as it runs, on every
+route to it, where a Python-level name would miss `torch.ops.aten._softmax` or a TorchScript function."""
 
 
 def _resolve(target: str) -> Any:
@@ -63,35 +76,78 @@ def _functions(obj: Any) -> builtins.list[types.FunctionType]:
 
 
 def _reached(function: types.FunctionType) -> Iterator[tuple[str, Any]]:
-    """(name as written, object) for each global, attribute of a global module, default and closure value the
-    function's code (nested functions included) can reach."""
-    codes, roots, attributes, imported = [function.__code__], set(), set(), set()
+    """(name as written, object) for each global, name imported inside, attribute chain of a module spelled in the
+    code (`torch.nn.functional.softmax`; nested functions included), default and closure value the function can
+    reach. Only chains the code spells count: `mine.softmax` reaches the learner's softmax, never torch's."""
+    codes, roots, follows, aliases = [function.__code__], set(), set(), {}
     while codes:
         code = codes.pop()
+        previous = None  # the name or attribute loaded just before, where the next attribute hangs off it
+        importing, froms = None, []  # the module an import statement reads, and the names it takes from it
         for instruction in dis.get_instructions(code):
-            if instruction.opname in {"LOAD_GLOBAL", "LOAD_NAME"}:
-                roots.add(instruction.argval)
-            elif instruction.opname == "IMPORT_NAME":
-                imported.add(instruction.argval)
-            elif instruction.opname in {"LOAD_ATTR", "LOAD_METHOD", "IMPORT_FROM"}:
-                attributes.add(instruction.argval)
+            name, argval = instruction.opname, instruction.argval
+            if name in {"LOAD_GLOBAL", "LOAD_NAME", "LOAD_FAST", "LOAD_DEREF"}:
+                if name in {"LOAD_GLOBAL", "LOAD_NAME"}:
+                    roots.add(argval)
+                previous = argval
+            elif name in {"LOAD_ATTR", "LOAD_METHOD"} and previous is not None:
+                follows.add((previous, argval))
+                previous = argval
+            elif name == "IMPORT_NAME":
+                importing, froms, previous = argval, [], None
+            elif name == "IMPORT_FROM" and importing is not None:
+                froms.append(argval)
+            elif name.startswith("STORE_") and importing is not None:
+                aliases[argval] = _import_path(importing, froms, argval)
+                froms = []
+            elif name not in {"CACHE", "PRECALL", "NOP", "EXTENDED_ARG", "SWAP", "POP_TOP"}:
+                previous, importing = None, None
         codes.extend(const for const in code.co_consts if isinstance(const, types.CodeType))
     reachable = {name: function.__globals__[name] for name in roots & set(function.__globals__)}
-    reachable |= {name: sys.modules[name] for name in imported if name in sys.modules}  # imports inside the code
+    for alias, path in aliases.items():  # imports inside the code: `import torch.nn.functional as F`, `from x import y`
+        found = _imported_path(path)
+        if found is not None:
+            reachable[alias] = found
     for name, value in sorted(reachable.items(), key=lambda item: item[0]):
         yield name, value
-        modules = [(name, value)] if isinstance(value, types.ModuleType) else []
-        while modules:  # bertlib.model.attention.eager_attention: follow the attribute names the code uses
-            path, module = modules.pop()
-            for attribute in sorted(attributes & set(vars(module))):
+        modules = [(name, name, value)] if isinstance(value, types.ModuleType) else []
+        while modules:  # bertlib.model.attention.eager_attention: follow the chains the code spells
+            path, spelled, module = modules.pop()
+            for attribute in sorted({after for before, after in follows if before == spelled} & set(vars(module))):
                 reached = getattr(module, attribute)
                 yield f"{path}.{attribute}", reached
                 if isinstance(reached, types.ModuleType) and path.count(".") < 4:
-                    modules.append((f"{path}.{attribute}", reached))
+                    modules.append((f"{path}.{attribute}", attribute, reached))
     cells = [_contents(cell) for cell in function.__closure__ or ()]
     defaults = [*(function.__defaults__ or ()), *(function.__kwdefaults__ or {}).values()]
     for value in [*cells, *defaults]:
         yield getattr(value, "__name__", type(value).__name__), value
+
+
+def _import_path(module: str, froms: builtins.list[str], bound: str) -> str:
+    """The dotted path an import inside the code binds to `bound`: `from a.b import c` binds a.b.c, `import a.b.c as
+    d` a.b.c (its IMPORT_FROMs walk down a.b.c itself), `import a.b` binds a."""
+    parts = module.split(".")
+    if froms and froms == parts[1:len(froms) + 1]:
+        return module
+    if froms:
+        return f"{module}.{froms[-1]}"
+    return parts[0] if parts[0] == bound else module
+
+
+def _imported_path(path: str) -> Any:
+    """What a dotted import path names, if its modules are imported already ("torch.nn.functional.softmax")."""
+    parts = path.split(".")
+    for split in range(len(parts), 0, -1):
+        module = sys.modules.get(".".join(parts[:split]))
+        if module is not None:
+            obj: Any = module
+            for part in parts[split:]:
+                obj = getattr(obj, part, None)
+                if obj is None:
+                    return None
+            return obj
+    return None
 
 
 def _contents(cell: types.CellType) -> Any:
@@ -180,16 +236,18 @@ class Borrowed(BaseException):  # noqa: N818 (a verdict; BaseException, so a lea
 
 class Watch:
     """What runs while the learner's code runs: the piece's own implementations, by the code objects that do the
-    work (Python) or by the name of torch's C function, whatever name the learner's code called them by."""
+    work (Python), by the name of torch's C function, or by the aten operator torch runs, whatever name the learner's
+    code called them by."""
 
     def __init__(self, exercise_id: str, implemented_by: Iterable[str], reference: Any = None):
         self.codes: dict[int, str] = {}  # id of a code object -> what it is, e.g. "torch.nn.functional.layer_norm"
         self.ops: dict[str, tuple[str, str]] = {}  # a C function's name -> (what it is, its package), e.g.
         # "softmax" -> ("torch.softmax", "torch"): torch.softmax, Tensor.softmax and F.softmax all run it
+        self.aten = {target.removeprefix(ATEN) for target in implemented_by if target.startswith(ATEN)}
         self.pending: dict[str, builtins.list[str]] = {}  # top package -> targets whose module is not imported yet
         self._kept: builtins.list[Any] = []  # what `codes` was read from, alive so that no id is reused
         for target in implemented_by:
-            if not self._add(target):
+            if not target.startswith(ATEN) and not self._add(target):
                 self.pending.setdefault(target.split(".")[0].split(":")[0], []).append(target)
         if reference is not None:
             self._add_object(reference, f"bertlib's reference answer, {reference.__module__}.{reference.__qualname__}")
@@ -197,6 +255,9 @@ class Watch:
                        if handed_in_for != exercise_id for function in _bertlib_functions(obj)}
         self._exempt_frame: types.FrameType | None = None
         self.hits: builtins.list[str] = []
+        self.watching = False  # while `running`: a dispatch mode left in a thread the learner started does nothing
+        self._threads_before: set[int] = set()  # threads alive when watching began, which no hook reaches
+        self._moded = threading.local()  # whether this thread has the aten watch pushed
 
     def _add(self, target: str) -> bool:
         """Watch for one target; False while its module is not imported, or still importing (it is resolved when
@@ -227,22 +288,37 @@ class Watch:
 
     def profile(self, frame: types.FrameType, event: str, arg: Any) -> None:
         """sys.setprofile's hook: record a call of the piece's implementation, skipping what was handed in."""
+        if self.aten and not getattr(self._moded, "on", False):  # a thread the learner's code started
+            self._moded.on = True
+            _AtenWatch(self).__enter__()  # stays pushed in that thread; inert once watching ends
         if self._exempt_frame is not None:
             if event == "return" and frame is self._exempt_frame:
                 self._exempt_frame = None
         elif event == "call":
-            code = id(frame.f_code)
-            if code in self.exempt:
+            code = frame.f_code
+            if id(code) in self.exempt:
                 self._exempt_frame = frame
                 return
-            if self.pending and code not in self.codes:
+            if code is _SUBMIT and self._runs_before(frame.f_locals.get("self")):
+                self._hit(f"{UNWATCHED} ({type(frame.f_locals['self']).__name__}.submit)", frame.f_back)
+            if self.pending and id(code) not in self.codes:
                 self._resolve_pending(frame.f_globals.get("__name__") or "")
-            if code in self.codes:
-                self._hit(self.codes[code], frame.f_back)
+            if id(code) in self.codes:
+                self._hit(self.codes[id(code)], frame.f_back)
         elif event == "c_call":
             op = self.ops.get(getattr(arg, "__name__", None))
             if op is not None and _package(arg) == op[1]:
                 self._hit(op[0], frame)
+
+    def _runs_before(self, pool: Any) -> bool:
+        """Whether a ThreadPoolExecutor has a thread that was running before watching began (no hook is in it)."""
+        threads = getattr(pool, "_threads", ())
+        return any(thread.ident in self._threads_before for thread in threads)
+
+    def aten_op(self, name: str) -> None:
+        """The aten watch's report: one of the piece's operators ran (outside what was handed in)."""
+        if self.watching and self._exempt_frame is None and name in self.aten:
+            self._hit(f"torch.ops.aten.{name}", sys._getframe(2))
 
     def _hit(self, label: str, frame: types.FrameType | None) -> None:
         folders = _library_folders()
@@ -256,18 +332,52 @@ class Watch:
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
         """Watch while the block runs (the learner's call, and threads it starts); a call inside a watched one is
-        watched already."""
-        if sys.getprofile() is not None:
+        watched already. A profiler set before (a debugger's, a tool's) keeps running beside the watch."""
+        before = sys.getprofile()
+        if getattr(before, "__self__", None) is self or getattr(before, "watch", None) is self:
             yield
             return
-        sys.setprofile(self.profile)
+        hook = self.profile if before is None else _chained(before, self)
+        thread_hook_before = threading.getprofile() if hasattr(threading, "getprofile") else None
+        self._threads_before = {thread.ident for thread in threading.enumerate()} - {threading.get_ident()}
+        self.watching, self._moded.on = True, True
+        sys.setprofile(hook)
         threading.setprofile(self.profile)  # and a thread the learner's code starts
         try:
-            yield
+            with _AtenWatch(self) if self.aten else contextlib.nullcontext():
+                yield
         finally:
-            sys.setprofile(None)
-            threading.setprofile(None)
+            sys.setprofile(before)
+            threading.setprofile(thread_hook_before)
+            self.watching, self._moded.on = False, False
             self._exempt_frame = None
+
+
+_SUBMIT = ThreadPoolExecutor.submit.__code__
+"""Where work reaches a thread pool: watched, because a pool's threads started before the check have no hook."""
+
+
+def _chained(before: Any, watch: Watch) -> Any:
+    """A profile hook that runs the one set before, then the watch's."""
+    def hook(frame: types.FrameType, event: str, arg: Any) -> None:
+        before(frame, event, arg)
+        watch.profile(frame, event, arg)
+
+    hook.watch = watch  # type: ignore[attr-defined]
+    return hook
+
+
+class _AtenWatch(TorchDispatchMode):
+    """Every aten operator torch runs in this thread, named to the watch: what a Python-level name misses
+    (`torch.ops.aten.gelu`, TorchScript, a composite such as `F.group_norm` reaching `native_group_norm`)."""
+
+    def __init__(self, watch: Watch):
+        super().__init__()
+        self.watch = watch
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        self.watch.aten_op(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
 
 
 def _bertlib_functions(obj: Any) -> builtins.list[types.FunctionType]:

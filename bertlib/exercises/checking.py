@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertlib.exercises.borrowing import _HANDED_IN, Borrowed, Watch, _in_library, _library_folders, borrowed
+from bertlib.exercises.borrowing import _HANDED_IN, UNWATCHED, Borrowed, Watch, _in_library, _library_folders, borrowed
 
 Checker = Callable[[Any, np.random.Generator], None]
 
@@ -308,6 +308,11 @@ def _verdict(result: Result, strict: bool) -> Result:
 def _borrowed_result(exercise_id: str, reached: Iterable[str], *, runs: bool = False) -> Result:
     """The verdict on code that reaches (read from it) or runs (watched) the piece's own implementation."""
     reached = builtins.list(reached)
+    if all(hit.startswith(UNWATCHED) for hit in reached):
+        return Result(exercise_id, False, f"✗ {exercise_id}: your code sends its work where the check cannot watch "
+                                          f"it: {'; '.join(reached)}. Run it in your function's own thread (a pool "
+                                          "your function starts is watched).", "your code runs where the check "
+                                          "cannot watch")
     owners = [name for name in ("bertlib", "transformers", "tokenizers", "sklearn", "scipy", "torch")
               if any(f"{name}." in hit for hit in reached)]
     owner = {"sklearn": "scikit-learn"}.get(owners[0], owners[0]) if owners else "bertlib"  # whose version runs

@@ -53,6 +53,9 @@ BERTLIB_ATTENTION = (
     "torch.nn.functional:scaled_dot_product_attention", "torch:_scaled_dot_product_attention_math",
     "torch.nn.functional:multi_head_attention_forward", "torch.nn.modules.activation:MultiheadAttention",
     f"{TRANSFORMERS_BERT}:eager_attention_forward", "transformers.integrations.sdpa_attention:sdpa_attention_forward",
+    "aten:_scaled_dot_product_flash_attention_for_cpu", "aten:_scaled_dot_product_attention_math",
+    "aten:_scaled_dot_product_flash_attention", "aten:_scaled_dot_product_efficient_attention",
+    "aten:_scaled_dot_product_cudnn_attention", "aten:_native_multi_head_attention",
     f"{TRANSFORMERS_BERT}:BertSelfAttention", f"{TRANSFORMERS_BERT}:BertAttention")
 """The attention the attention exercises must not run: bertlib's function and layer's forward, torch's and
 transformers' (sdpa, the multi-head function and module, BERT's attention modules)."""
@@ -116,7 +119,8 @@ def _check_softmax_case(case: str, solution, scores: torch.Tensor, atol: float =
           implemented_by=("torch:softmax", "torch.nn.functional:softmax", "torch:Tensor.softmax",
                           "torch.nn.modules.activation:Softmax", "torch:log_softmax", "torch:Tensor.log_softmax",
                           "torch.nn.functional:log_softmax", "torch.nn.modules.activation:LogSoftmax",
-                          "torch:_softmax", "torch:_log_softmax", "torch:special.softmax", "torch:special.log_softmax",
+                          "torch:_softmax", "torch:_log_softmax", "aten:_softmax", "aten:_log_softmax",
+                          "aten:_safe_softmax", "torch:special.softmax", "torch:special.log_softmax",
                           "torch.nn.functional:softmin", "torch.nn.modules.activation:Softmin", "scipy.special:softmax",
                           "scipy.special:log_softmax"))
 def check_softmax(solution, rng: np.random.Generator) -> None:

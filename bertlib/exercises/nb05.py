@@ -88,7 +88,7 @@ def _check_gelu_case(case: str, solution, x: torch.Tensor) -> None:
 
 
 @exercise("05.gelu", "GELU, the exact (erf) form", "f(x: Tensor) -> Tensor of x's shape: x · Φ(x)",
-          implemented_by=("torch.nn.functional:gelu", "torch.nn.modules.activation:GELU",
+          implemented_by=("torch.nn.functional:gelu", "torch.nn.modules.activation:GELU", "aten:gelu",
                           "transformers.activations:GELUActivation"))
 def check_gelu(solution, rng: np.random.Generator) -> None:
     """A grid through the region where tanh-GELU is furthest off, random values, large magnitudes."""
@@ -228,6 +228,8 @@ def _check_layer_norm_case(case: str, solution, x: torch.Tensor, weight: torch.T
 @exercise("05.layer_norm", "LayerNorm over the last dimension",
           "f(x: Tensor (..., H), weight: Tensor (H,), bias: Tensor (H,), eps: float) -> Tensor (..., H)",
           implemented_by=("torch.nn.functional:layer_norm", "torch:layer_norm", "torch:native_layer_norm",
+                          "aten:native_layer_norm", "aten:native_group_norm", "aten:native_batch_norm",
+                          "aten:_native_batch_norm_legit", "aten:_native_batch_norm_legit_no_training",
                           "torch.nn.modules.normalization:LayerNorm"))
 def check_layer_norm(solution, rng: np.random.Generator) -> None:
     """Against F.layer_norm: small H (unbiased shows), a small spread (eps shows), a large eps, constant rows."""

@@ -659,7 +659,8 @@ def _check_loss(case: str, solution, mlm_logits: torch.Tensor, nsp_logits: torch
           implemented_by=("bertlib.model.bert:BertForPreTraining", "torch.nn.functional:cross_entropy",
                           "torch.nn.functional:nll_loss", "torch._C._nn:cross_entropy_loss", "torch._C._nn:nll_loss_nd",
                           "torch._C._nn:nll_loss", "torch.nn.modules.loss:CrossEntropyLoss",
-                          "torch.nn.modules.loss:NLLLoss", f"{TRANSFORMERS_BERT}:BertForPreTraining"))
+                          "torch.nn.modules.loss:NLLLoss", f"{TRANSFORMERS_BERT}:BertForPreTraining",
+                          "aten:nll_loss_forward", "aten:nll_loss2d_forward"))
 def check_pretraining_loss(solution, rng: np.random.Generator) -> None:
     """Against bertlib.BertForPreTraining's loss on a tiny model, then random logits with uneven predictions."""
     torch.manual_seed(int(rng.integers(2**31)))  # check() restores the notebook's random stream afterwards

@@ -110,7 +110,8 @@ def _check_collated(case: str, solution, batch: list[list[int]], pad_id: int) ->
           "f(batch: list[list[int]], pad_id: int) -> dict(input_ids: LongTensor (batch, longest), "
           "attention_mask: (batch, longest) 1 = token, 0 = padding)",
           implemented_by=("bertlib.finetuning.batching:PadCollator", "torch.nn.utils.rnn:pad_sequence",
-                          "torch._C._nn:pad_sequence", "transformers.data.data_collator:DataCollatorWithPadding"))
+                          "torch._C._nn:pad_sequence", "transformers.data.data_collator:DataCollatorWithPadding",
+                          "aten:to_padded_tensor", "aten:_nested_tensor_from_tensor_list"))
 def check_pad_collator(solution, rng: np.random.Generator) -> None:
     """Random batches with pad_id 1 (id 0 is a real token) and 0, one sequence, equal lengths, length 1."""
     lengths = rng.integers(1, 20, size=6)
@@ -158,7 +159,8 @@ def _bce_mistakes(logits: torch.Tensor, labels: torch.Tensor, pos_weight: torch.
           implemented_by=("torch.nn.functional:binary_cross_entropy_with_logits",
                           "torch:binary_cross_entropy_with_logits", "torch.nn.modules.loss:BCEWithLogitsLoss",
                           "torch.nn.functional:binary_cross_entropy", "torch._C._nn:binary_cross_entropy",
-                          "torch.nn.modules.loss:BCELoss"))
+                          "torch.nn.modules.loss:BCELoss", "aten:binary_cross_entropy_with_logits",
+                          "aten:binary_cross_entropy"))
 def check_weighted_bce(solution, rng: np.random.Generator) -> None:
     """Against torch's binary_cross_entropy_with_logits: random logits, large logits, all-ones weights."""
     batch, labels_count = 8, 6
@@ -234,7 +236,8 @@ def _as_float(case: str, got: Any, hint: str = "") -> float:
           "f(labels: np.ndarray (n,) 0/1, scores: np.ndarray (n,)) -> float; nan when labels hold one class only",
           implemented_by=("bertlib.finetuning.metrics:evaluate", "sklearn.metrics:roc_auc_score",
                           "sklearn.metrics:roc_curve", "sklearn.metrics:auc",
-                          "sklearn.metrics._ranking:_binary_roc_auc_score", "scipy.stats:mannwhitneyu"))
+                          "sklearn.metrics._ranking:_binary_roc_auc_score", "scipy.stats:mannwhitneyu",
+                          "scipy.stats:somersd"))
 def check_roc_auc(solution, rng: np.random.Generator) -> None:
     """Against sklearn.metrics.roc_auc_score: continuous, tied and binary scores, extremes, one class."""
     n = 120

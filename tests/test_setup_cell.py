@@ -11,6 +11,7 @@ checkout's files, reached by a file:// address; HOME is a temporary folder, so t
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -174,6 +175,37 @@ def test_after_pip_failed_running_the_cell_again_installs_again_before_using_the
     assert again["ok"], output
     assert again["bertlib"] == again["child"] == str(folder / "bertlib" / "__init__.py"), output
     assert output.count(f"bertlib: the course in {folder}; what it needs is installed") == 1, output  # installed now
+
+
+def test_a_second_run_of_the_cell_installs_again_the_optional_packages_that_failed(monkeypatch, capsys):
+    """The cell's first run installed the course but not d2l (offline); its second run finds bertlib importable,
+    so only course.setup can retry: it does, for what is still missing, and only on a runtime the cell set up."""
+    from bertlib import course
+
+    calls, missing = [], {"d2l"}
+
+    def pip(*args, check=True):
+        calls.append(args)
+        failed = "--no-deps" in args and any("d2l" in arg for arg in args) and "d2l" in missing
+        return subprocess.CompletedProcess(args, int(failed), "", "ERROR: No matching distribution found for d2l")
+
+    monkeypatch.setattr(setup_cell, "_pip", pip)
+    monkeypatch.setattr(setup_cell, "host_pins", lambda: [])
+    monkeypatch.setattr(setup_cell, "_importable", lambda module: module not in missing)
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))  # install() adds the folder: undone after
+    monkeypatch.setenv(setup_cell.SET_UP_HERE, "")
+    course.setup()
+    assert not any("--no-deps" in call for call in calls)  # not a runtime the cell installed: nothing to retry
+    setup_cell.install(ROOT)
+    assert "running the setup cell again tries again" in capsys.readouterr().out
+    calls.clear()
+    course.setup()  # the cell again: bertlib importable now
+    assert calls == [("--no-deps", "d2l==1.0.3")], calls
+    assert "installing again what failed before: d2l==1.0.3" in capsys.readouterr().out
+    missing.clear()
+    calls.clear()
+    course.setup()
+    assert calls == []
 
 
 def test_pip_failure_names_what_pip_could_not_install():

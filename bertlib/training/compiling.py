@@ -11,13 +11,17 @@ fused kernels, needs compute capability 7.0 (a V100, T4 and up); an older GPU (a
 a CPU compiling needs a C++ compiler and minutes per graph for little gain, so it is off unless asked for.
 
 Graphs are static (`dynamic=False`): each padded shape compiles once, which is why compiled runs pad sentence pairs
-to a few bucket widths (bertlib.training.sampling.bucket_widths) instead of to each batch's longest.
+to a few bucket widths (bertlib.training.sampling.bucket_widths) instead of to each batch's longest. A run's widths
+bound its graphs (`graph_bound`); dynamo's recompile limit is that bound while the model runs, and a shape past it
+runs eager with one line saying so, where torch alone would run it eager without a word.
 
 Leaves out: compile modes ("max-autotune", CUDA graphs) and regional compilation of one layer.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +29,33 @@ import torch
 from torch import nn
 
 TRITON_CAPABILITY = (7, 0)  # the oldest GPU torch.compile's code generator (Triton) supports
-GRAPHS = 32  # static graphs a compiled model may have: one per padded shape and mode, with room to spare
+GRAPHS = 32  # static graphs a compiled model may have where its padded widths are not known
+
+
+def graph_bound(widths: Sequence[int] | None) -> int:
+    """The static graphs a run may compile: each padded width, with or without an attention mask, for a full batch
+    and a short last one, in training and in evaluation (2 x 2 x 2 per width); GRAPHS where no widths are known."""
+    return 8 * len(widths) if widths else GRAPHS
+
+
+@contextlib.contextmanager
+def _recompile_limit(graphs: int) -> Iterator[None]:
+    """Dynamo's recompile limit at `graphs`, failing loudly past it, while the block runs; put back after."""
+    limits = torch._dynamo.config
+    renamed = hasattr(limits, "recompile_limit")  # cache_size_limit until torch 2.6
+    limit, fail = ("recompile_limit", "fail_on_recompile_limit_hit") if renamed else \
+        ("cache_size_limit", "fail_on_cache_limit_hit")
+    settings = {limit: graphs}
+    if hasattr(limits, fail):
+        settings[fail] = True
+    with limits.patch(**settings):
+        yield
+
+
+def _past_the_limit(error: Exception) -> bool:
+    """Whether `error` is dynamo refusing one more graph (its recompile limit), not a compiler failure."""
+    return "limit" in type(error).__name__.lower() and ("recompile" in type(error).__name__.lower()
+                                                         or "cache" in type(error).__name__.lower())
 
 
 @dataclass(frozen=True)
@@ -61,24 +91,30 @@ class CompiledOrEager(nn.Module):
     An error that the eager model raises too (a wrong batch, out of memory) is raised as the eager model raises
     it. `compiled` is None once the model has gone eager."""
 
-    def __init__(self, model: nn.Module, announce: bool = True):
+    def __init__(self, model: nn.Module, announce: bool = True, graphs: int = GRAPHS):
         super().__init__()
         self.eager = model
         self.announce = announce
+        self.graphs = graphs  # the bound on static graphs (graph_bound): past it a shape runs eager, said once
         self.failure: str | None = None  # why compiling failed, once it has
-        limits = torch._dynamo.config
-        name = "recompile_limit" if hasattr(limits, "recompile_limit") else "cache_size_limit"  # renamed in torch 2.6
-        setattr(limits, name, max(getattr(limits, name), GRAPHS))
+        self.past_bound: str | None = None  # the first call whose shape found the bound full, once one has
         object.__setattr__(self, "compiled", torch.compile(model, dynamic=False))  # not a submodule: no 2nd state
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if self.compiled is None:
             return self.eager(*args, **kwargs)
         try:
-            return self.compiled(*args, **kwargs)
+            with _recompile_limit(self.graphs):
+                return self.compiled(*args, **kwargs)
         except Exception as error:  # any compiler failure: the eager call below raises a real error again
             output = self.eager(*args, **kwargs)
-            self.fall_back(error)
+            if _past_the_limit(error):  # this shape runs eager; the graphs compiled so far stay
+                if self.past_bound is None and self.announce:
+                    print(f"torch.compile: a shape past the bound of {self.graphs} graphs runs eager "
+                          f"({_why(error)}); the shapes compiled so far stay compiled")
+                self.past_bound = self.past_bound or _why(error)
+            else:
+                self.fall_back(error)
             return output
 
     def fall_back(self, error: Exception) -> bool:

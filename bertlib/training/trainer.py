@@ -43,7 +43,7 @@ from tqdm.auto import tqdm
 from bertlib.training import batches, checkpoint, distributed, resume
 from bertlib.training.batches import TOKENS, Batch, BatchStream
 from bertlib.training.checkpoint_writer import CheckpointWriter
-from bertlib.training.compiling import CompiledOrEager, graphs_compiled
+from bertlib.training.compiling import CompiledOrEager, graph_bound, graphs_compiled
 from bertlib.training.config import TrainingConfig
 from bertlib.training.deadline import Deadline
 from bertlib.training.devices import pick_device
@@ -124,7 +124,10 @@ class Trainer(TrainerState):
 
     def _compiled(self, module: nn.Module) -> nn.Module:
         """`module` as the loop calls it: compiled (going on eager if compiling fails) where config.compile says."""
-        return CompiledOrEager(module, announce=self.is_main) if self.config.compile else module
+        if not self.config.compile:
+            return module
+        widths = getattr(self.collate_fn, "pad_widths", None)  # a collator that pads to a few widths says which
+        return CompiledOrEager(module, announce=self.is_main, graphs=graph_bound(widths))
 
     @property
     def compile_failure(self) -> str | None:

@@ -346,3 +346,22 @@ def test_nothing_above_the_starter_passes_the_check(exercise_id):
         if line in above and _verdict(exercise_id, make(namespace)).passed:
             passing.append(f"the walk-through's {line!r}, wrapped in the exercise's signature")
     assert not passing, f"{exercise_id} passes with code copied from above its starter: {passing}"
+
+
+ANSWERS_IN_PROSE = {  # an exercise's answer as the prose would give it: it may stand only below the starter
+    "03.offset_dot": r"\sum_{i=0}^{d/2-1} \cos(k\,\omega_i)",  # the closed form, derived after the check
+    "07.roc_auc": "pos[:, None] > neg[None, :]",  # every pair at once by broadcasting
+}
+
+
+@pytest.mark.parametrize("exercise_id", sorted(ANSWERS_IN_PROSE))
+def test_no_markdown_above_the_starter_states_the_answer(exercise_id):
+    path, starter, _ = STARTERS[exercise_id]
+    cells = nbformat.read(path, as_version=4).cells
+    code_seen, above = -1, []
+    for cell in cells:
+        code_seen += cell.cell_type == "code"
+        if code_seen >= starter:
+            break
+        above.append(cell.source)
+    assert ANSWERS_IN_PROSE[exercise_id] not in "\n".join(above), f"{exercise_id}: the answer stands above the starter"

@@ -350,6 +350,7 @@ def test_nothing_above_the_starter_passes_the_check(exercise_id):
 
 ANSWERS_IN_PROSE = {  # an exercise's answer as the prose would give it: it may stand only below the starter
     "03.offset_dot": r"\sum_{i=0}^{d/2-1} \cos(k\,\omega_i)",  # the closed form, derived after the check
+    "05.parameter_count": "(V + P + T)H + 2H",  # the embeddings' formula: the table stands after the check
     "07.roc_auc": "pos[:, None] > neg[None, :]",  # every pair at once by broadcasting
 }
 

@@ -16,6 +16,11 @@ os.environ.setdefault("BERTLIB_DOWNLOADS", "0")  # tests and nbval use the shipp
 # the notebook kernels and commands the tests start: on a 2-core machine two threads per process only wait for each
 # other (tests/test_deadline.py with tests/test_compiling.py took 338 s so, 12 s on one thread).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Under pytest-xdist (the README's `-n auto`) each worker keeps its artifacts apart, so that a test never reads what
+# a notebook in the other worker is writing; the notebooks themselves run in one worker, in order (below).
+if os.environ.get("PYTEST_XDIST_WORKER") and not os.environ.get("BERTLIB_ARTIFACTS"):
+    os.environ["BERTLIB_ARTIFACTS"] = os.path.join(os.path.dirname(os.path.abspath(__file__)), "artifacts",
+                                                   f"pytest-{os.environ['PYTEST_XDIST_WORKER']}")
 
 try:
     from hypothesis import settings
@@ -43,3 +48,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("shared_data") and not opted_in:
             item.add_marker(pytest.mark.skip(reason=SHARED_DATA))
+    if hasattr(config, "workerinput"):  # a worker of `-n`: the notebooks, the longest scope, are handed out first
+        items.sort(key=lambda item: item.path.suffix != ".ipynb")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Under `-n`, each test file runs whole in one worker (its module fixtures set up once), and the notebooks
+    run together in one worker, in order: each hands its artifacts to the next (02's vocabulary to 06)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class NotebooksTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "notebooks" if path.endswith(".ipynb") else path
+
+    return NotebooksTogether(config, log)

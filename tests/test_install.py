@@ -161,7 +161,7 @@ def readme_test_command() -> str:
 def test_ci_runs_the_readme_test_command_inside_a_fresh_virtual_environment():
     lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     command = readme_test_command()
-    assert command == "bash install.sh --dev && python3 -m pytest"  # what the stand-in install.sh below expects
+    assert command == "bash install.sh --dev && python3 -m pytest -n auto"  # what the stand-in install.sh below expects
     ran = next(k for k, line in enumerate(lines) if line.startswith(command))
     made = next(k for k, line in enumerate(lines) if '-m venv "$tmp/venv"' in line)
     activated = lines.index('. "$tmp/venv/bin/activate"')

@@ -295,7 +295,7 @@ def test_a_notebook_without_badges_or_header_gets_them_under_a_one_line_title(tm
     assert notebook.cells[1].source == "# 04 · Attention"
     header = notebook.cells[2].source
     assert "**Builds on:** [03](03_positional_encodings.ipynb)\n" in header
-    assert "about 2 minutes (408 words of prose and code)" in header
+    assert "about 2 minutes (408 words of prose, code and output)" in header
     assert "not measured yet" in header and "**GPU cell:** yes" in header
     assert notebook.cells[3].metadata["cellView"] == "form"
 

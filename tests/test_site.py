@@ -132,22 +132,28 @@ def test_screenshots_refuse_a_folder_of_other_files_and_a_site_without_the_page(
 
 
 class _Folds(HTMLParser):
-    """Every `<details>` element of a page, closed: its summary's text, its text, and how many paragraphs it holds."""
+    """Every `<details>` element of a page, closed: its summary's text, its text (and its prose: the text outside
+    code, where `bert(**batch)` is what the learner types), and how many paragraphs it holds."""
 
     def __init__(self) -> None:
         super().__init__()
         self.open: list[dict] = []
         self.closed: list[dict] = []
+        self.in_code = 0
 
     def handle_starttag(self, tag: str, attrs) -> None:
+        if tag == "code":
+            self.in_code += 1
         if tag == "details":
-            self.open.append({"summary": "", "text": "", "paragraphs": 0, "in_summary": False})
+            self.open.append({"summary": "", "text": "", "prose": "", "paragraphs": 0, "in_summary": False})
         elif self.open and tag == "summary":
             self.open[-1]["in_summary"] = True
         elif self.open and tag == "p":
             self.open[-1]["paragraphs"] += 1
 
     def handle_endtag(self, tag: str) -> None:
+        if tag == "code":
+            self.in_code = max(0, self.in_code - 1)
         if tag == "details" and self.open:
             self.closed.append(self.open.pop())
         elif tag == "summary" and self.open:
@@ -156,6 +162,7 @@ class _Folds(HTMLParser):
     def handle_data(self, data: str) -> None:
         for fold in self.open:
             fold["text"] += data
+            fold["prose"] += "" if self.in_code else data
         if self.open and self.open[-1]["in_summary"]:
             self.open[-1]["summary"] += data
 
@@ -179,6 +186,6 @@ def test_every_folded_block_renders_folded_on_its_page_with_its_markdown_rendere
         summary = _plain(re.search(r"<summary>(.*?)</summary>", block, re.DOTALL).group(1))
         fold = next((fold for fold in rendered if _plain(fold["summary"]) == summary), None)
         assert fold is not None, f"{relative}: no folded block {summary!r} on the page, in order"
-        assert fold["paragraphs"] >= 1 and "**" not in fold["text"] and "](" not in fold["text"], summary
+        assert fold["paragraphs"] >= 1 and "**" not in fold["prose"] and "](" not in fold["prose"], summary
         last_words = re.findall(r"[A-Za-z]{4,}", block.rsplit("</details>", 1)[0])[-3:]
         assert all(word in fold["text"] for word in last_words), (summary, last_words)

@@ -219,10 +219,8 @@ def setup(seed: int = 0):
 
     from bertlib import __version__
     from bertlib.course.plots import use_course_style
-    from bertlib.course.setup_cell import retry_missing_optional
     from bertlib.training.rng import seed_everything
 
-    retry_missing_optional()  # a re-run of the setup cell retries an optional install that failed
     use_course_style()
     seed_everything(seed)  # Python, NumPy and torch: a notebook prints the same numbers every run
     dev = device()

@@ -207,6 +207,15 @@ def retry_missing_optional() -> list[str]:
     return list(missing)
 
 
+def setup(seed: int = 0) -> Any:
+    """What the setup cell calls once bertlib is importable (`course.setup`): retry the optional installs that
+    failed on this runtime, then open the notebook's session (`session.setup`: seeds, versions, device)."""
+    from bertlib.course.session import setup as open_session
+
+    retry_missing_optional()  # a re-run of the setup cell retries an optional install that failed
+    return open_session(seed)
+
+
 def install(folder: str | os.PathLike | None = None) -> None:
     """What the setup cell does once it has the course in `folder` (default: the one this file is in).
 

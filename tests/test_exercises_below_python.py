@@ -90,6 +90,16 @@ def test_a_route_below_python_is_refused_with_a_verdict_that_names_what_ran(exer
     assert not result.passed and ran in result.message, result.message
 
 
+def softmax_by_aten_in_a_thread_the_learner_starts(scores):
+    with ThreadPoolExecutor(1) as pool:  # started inside the check: the watch reaches its thread
+        return pool.submit(lambda: torch.ops.aten._softmax(scores.float(), -1, False).to(scores.dtype)).result()
+
+
+def test_an_aten_operator_in_a_thread_the_learner_starts_is_seen_too():
+    result = exercises.check("04.softmax", softmax_by_aten_in_a_thread_the_learner_starts)
+    assert not result.passed and "torch.ops.aten._softmax" in result.message, result.message
+
+
 def test_the_verdict_on_an_aten_operator_says_which_line_of_the_learner_s_code_ran_it():
     def my_gelu(x):
         return torch.ops.aten.gelu(x)

@@ -52,10 +52,9 @@ def _recompile_limit(graphs: int) -> Iterator[None]:
         yield
 
 
-def _past_the_limit(error: Exception) -> bool:
-    """Whether `error` is dynamo refusing one more graph (its recompile limit), not a compiler failure."""
-    return "limit" in type(error).__name__.lower() and ("recompile" in type(error).__name__.lower()
-                                                         or "cache" in type(error).__name__.lower())
+_LIMIT_HIT = tuple(getattr(torch._dynamo.exc, name) for name in ("FailOnRecompileLimitHit", "FailOnCacheLimitHit")
+                   if hasattr(torch._dynamo.exc, name))
+"""Dynamo refusing one more graph past its recompile limit (renamed with the limit in torch 2.6): not a failure."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +107,7 @@ class CompiledOrEager(nn.Module):
                 return self.compiled(*args, **kwargs)
         except Exception as error:  # any compiler failure: the eager call below raises a real error again
             output = self.eager(*args, **kwargs)
-            if _past_the_limit(error):  # this shape runs eager; the graphs compiled so far stay
+            if isinstance(error, _LIMIT_HIT):  # this shape runs eager; the graphs compiled so far stay
                 if self.past_bound is None and self.announce:
                     print(f"torch.compile: a shape past the bound of {self.graphs} graphs runs eager "
                           f"({_why(error)}); the shapes compiled so far stay compiled")

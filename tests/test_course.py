@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -101,29 +102,85 @@ def test_a_bertlib_artifacts_that_is_a_file_is_one_line_in_a_notebook_and_in_the
     assert err.startswith("error: BERTLIB_ARTIFACTS=") and len(err.strip().splitlines()) == 1, err
 
 
-@pytest.mark.parametrize("where", ["colab", "kaggle"])
-def test_on_colab_and_kaggle_the_artifacts_go_where_the_host_shows_and_keeps_them(where, tmp_path, monkeypatch,
-                                                                                  capsys):
-    on_host(monkeypatch, where)
-    monkeypatch.delenv("BERTLIB_ARTIFACTS", raising=False)
-    monkeypatch.setattr(course, "SMOKE", False)
-    folder = tmp_path / ("content" if where == "colab" else "kaggle/working") / "artifacts"
-    monkeypatch.setattr(course, "COLAB_ARTIFACTS" if where == "colab" else "KAGGLE_ARTIFACTS", folder)
-    assert course.host() == where
-    assert course.artifacts_dir() == folder and folder.is_dir()
+STANDIN_COLAB = ROOT / "tests" / "fixtures" / "colab"
+"""A stand-in google.colab whose drive.mount links the mount point to $STANDIN_DRIVE."""
 
+
+@pytest.fixture
+def hosted(tmp_path, monkeypatch):
+    """A host's folders under tmp_path (Colab's /content, Kaggle's working and input), nothing chosen by the
+    learner, the setup's seeding and data lines left out."""
+    monkeypatch.delenv("BERTLIB_ARTIFACTS", raising=False)
+    monkeypatch.delenv(course.ON_DRIVE, raising=False)
+    monkeypatch.setattr(course, "SMOKE", False)
+    content = tmp_path / "content"
+    for name, path in [("COLAB_ARTIFACTS", content / "artifacts"), ("DRIVE_MOUNT", content / "drive"),
+                       ("DRIVE_ARTIFACTS", content / "drive" / "MyDrive" / "bert-from-scratch" / "artifacts"),
+                       ("KAGGLE_ARTIFACTS", tmp_path / "kaggle" / "working" / "artifacts"),
+                       ("KAGGLE_INPUT", tmp_path / "kaggle" / "input")]:
+        monkeypatch.setattr(course, name, path)
     monkeypatch.setattr(rng, "seed_everything", lambda seed: None)
     monkeypatch.setattr(course, "data_summary", lambda: "data: (not asked)")
-    course.setup()
-    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("artifacts:")]
-    assert lines[0] == f"artifacts: {folder}", lines  # the absolute path
-    assert len(lines) == 2, lines  # and one line on how to keep them
-    keep = {"colab": ("Google Drive", "drive.mount", "BERTLIB_ARTIFACTS=/content/drive/"),
-            "kaggle": ("Save Version", "Add Input", "/kaggle/working")}[where]
-    assert all(words in lines[1] for words in keep), lines[1]
+    monkeypatch.syspath_prepend(str(STANDIN_COLAB))
+    monkeypatch.setenv("STANDIN_DRIVE", str(tmp_path / "google-drive"))
+    before = set(sys.modules)
+    yield tmp_path
+    for variable in ("BERTLIB_ARTIFACTS", course.ON_DRIVE):  # what carry_over set, not monkeypatch
+        os.environ.pop(variable, None)
+    for module in [name for name in sys.modules if name.split(".")[0] == "google" and name not in before]:
+        del sys.modules[module]  # host() takes an imported google.colab for Colab
 
-    monkeypatch.setenv("BERTLIB_ARTIFACTS", str(tmp_path / "drive"))  # the learner chose: no advice
-    assert course.artifacts_dir() == tmp_path / "drive" and course.keep_hint() is None
+
+def setup_lines(capsys, **options) -> list[str]:
+    """What the setup cell prints about the artifacts and how they carry over."""
+    course.setup(**options)
+    return [line for line in capsys.readouterr().out.splitlines() if line.startswith(("artifacts:", "carry-over:"))]
+
+
+def test_on_colab_the_setup_keeps_the_artifacts_on_drive_where_the_next_runtime_finds_them(hosted, monkeypatch,
+                                                                                             capsys):
+    on_host(monkeypatch, "colab")
+    lines = setup_lines(capsys)
+    drive = hosted / "content" / "drive" / "MyDrive" / "bert-from-scratch" / "artifacts"
+    assert lines[0] == f"artifacts: {drive}", lines
+    assert lines[1].startswith("carry-over: on Google Drive") and "next notebook's runtime" in lines[1], lines
+    assert (hosted / "google-drive" / "MyDrive" / "bert-from-scratch" / "artifacts").is_dir()  # on the Drive
+    assert course.on_drive() and course.missing_from("04", "your piece").endswith(": run it first")
+    assert setup_lines(capsys)[0] == lines[0]  # the cell run again: the same folder, mounted once
+
+
+@pytest.mark.parametrize("answer", ["decline", "off"])
+def test_on_colab_without_drive_the_setup_says_what_will_not_carry_over(answer, hosted, monkeypatch, capsys):
+    on_host(monkeypatch, "colab")
+    monkeypatch.setenv("STANDIN_DRIVE_ANSWER", answer)
+    lines = setup_lines(capsys, keep_on_drive=answer != "off")
+    assert lines[0] == f"artifacts: {hosted / 'content' / 'artifacts'}", lines
+    why = "credential propagation was unsuccessful" if answer == "decline" else "KEEP_ON_DRIVE is off"
+    assert lines[1].startswith("carry-over: none.") and why in lines[1] and "runtime of its own" in lines[1], lines
+    said = course.missing_from("04", "your piece")
+    assert "Colab ran notebook 04 in a runtime of its own" in said and "KEEP_ON_DRIVE" in said, said
+
+
+def test_on_kaggle_the_setup_copies_in_the_saved_versions_attached_and_says_how_to_hand_on(hosted, monkeypatch,
+                                                                                            capsys):
+    on_host(monkeypatch, "kaggle")
+    assert setup_lines(capsys)[1] == "carry-over: no earlier notebook's saved version is attached"
+    piece = hosted / "kaggle" / "input" / "bert-04-attention" / "artifacts" / "your_bert" / "04.multi_head_attention.py"
+    piece.parent.mkdir(parents=True)
+    piece.write_text("PIECE = None\n", encoding="utf-8")
+    lines = setup_lines(capsys)
+    assert lines[0] == f"artifacts: {hosted / 'kaggle' / 'working' / 'artifacts'}", lines
+    assert lines[1] == "carry-over: brought in 1 file(s) from the saved version(s) attached: bert-04-attention"
+    assert "Save Version" in lines[2] and "Add Input > Your Work" in lines[2], lines
+    assert (hosted / "kaggle" / "working" / "artifacts" / "your_bert" / piece.name).read_text() == "PIECE = None\n"
+    assert setup_lines(capsys)[1].startswith("carry-over: brought in 0 file(s)")  # the copy here is as new
+
+
+@pytest.mark.parametrize("where", ["colab", "kaggle"])
+def test_a_folder_the_learner_chose_is_used_as_it_is(where, hosted, monkeypatch, capsys):
+    on_host(monkeypatch, where)
+    monkeypatch.setenv("BERTLIB_ARTIFACTS", str(hosted / "mine"))
+    assert setup_lines(capsys) == [f"artifacts: {hosted / 'mine'}"]  # nothing mounted, copied or advised
 
 
 def test_the_readme_shows_the_artifacts_line_the_setup_cell_prints_in_a_checkout(monkeypatch, capsys):
@@ -142,7 +199,7 @@ def test_the_readme_shows_the_artifacts_line_the_setup_cell_prints_in_a_checkout
 def test_elsewhere_the_artifacts_are_the_checkout_s_and_a_relative_setting_is_made_absolute(tmp_path, monkeypatch):
     on_host(monkeypatch, "local")
     monkeypatch.delenv("BERTLIB_ARTIFACTS", raising=False)
-    assert course.artifacts_root() == ROOT / "artifacts" and course.keep_hint() is None
+    assert course.artifacts_root() == ROOT / "artifacts" and course.carry_over() == []
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("BERTLIB_ARTIFACTS", "mine")
     assert course.artifacts_root() == tmp_path / "mine"
@@ -372,3 +429,17 @@ def test_both_gpu_cells_take_their_budget_from_gpu_minutes():
         sources = ["".join(cell["source"]) for cell in cells if cell["cell_type"] == "code"]
         budgets = [line.strip() for s in sources for line in s.splitlines() if line.startswith("GPU_MINUTES =")]
         assert budgets and all(line.startswith("GPU_MINUTES = course.gpu_minutes(") for line in budgets), path.name
+
+
+@pytest.mark.parametrize("where, drive, says", [
+    ("colab", "allow", "they are on Google Drive, so after a disconnect a re-run of the cell resumes"),
+    ("colab", "decline", "they are in this runtime only, so a disconnect loses them"),
+    ("kaggle", None, "they outlive this session only in a saved version"),
+    ("local", None, "a re-run of the cell resumes from the newest")])
+def test_the_gpu_cells_say_whether_their_checkpoints_outlive_a_disconnect_here(where, drive, says, hosted,
+                                                                                monkeypatch, capsys):
+    on_host(monkeypatch, where)
+    monkeypatch.setenv("STANDIN_DRIVE_ANSWER", drive or "allow")
+    course.carry_over()
+    line = course.checkpoints_line(50, hosted / "run")
+    assert line.startswith(f"checkpoints every 50 steps in {hosted / 'run'}: {says}"), line

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import os
 import platform
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -91,11 +92,24 @@ def notebooks_dir() -> Path:
 NOTEBOOKS = notebooks_dir()
 
 
-COLAB_ARTIFACTS = Path("/content/artifacts")
-"""The artifacts folder on Colab: under /content, the folder Colab's file browser shows."""
+COLAB_CONTENT = Path(os.environ.get("BERTLIB_COLAB_CONTENT", "/content"))
+"""Colab's working folder, /content (the tests' stand-in Colab sets BERTLIB_COLAB_CONTENT to a folder of theirs)."""
+
+COLAB_ARTIFACTS = COLAB_CONTENT / "artifacts"
+"""The artifacts folder on Colab without Drive: under /content, the folder Colab's file browser shows."""
+
+DRIVE_MOUNT = COLAB_CONTENT / "drive"
+DRIVE_ARTIFACTS = DRIVE_MOUNT / "MyDrive" / "bert-from-scratch" / "artifacts"
+"""The artifacts folder on Colab with Google Drive mounted: every notebook's runtime finds the same one."""
+
+ON_DRIVE = "BERTLIB_ON_DRIVE"
+"""Set by `carry_over` when it put the artifacts on Google Drive (BERTLIB_ARTIFACTS is then its choice)."""
 
 KAGGLE_ARTIFACTS = Path("/kaggle/working/artifacts")
 """The artifacts folder on Kaggle: under /kaggle/working, the folder a saved version keeps as its output."""
+
+KAGGLE_INPUT = Path("/kaggle/input")
+"""Where Kaggle mounts what a notebook attaches: another notebook's saved version is /kaggle/input/<its name>/."""
 
 
 class ArtifactsError(PermissionError):
@@ -175,21 +189,107 @@ def artifacts_dir() -> Path:
                          "BERTLIB_ARTIFACTS to a folder you can write")
 
 
-def keep_hint() -> str | None:
-    """On Colab and Kaggle, one line on how to keep the artifacts past the session (None elsewhere, or when
-    BERTLIB_ARTIFACTS already says where they go)."""
-    if os.environ.get("BERTLIB_ARTIFACTS"):
-        return None
-    where = host()
-    if where == "colab":
-        return ("Colab deletes them when the runtime is reset; to keep them, mount Google Drive (from google.colab "
-                "import drive; drive.mount('/content/drive')), set %env BERTLIB_ARTIFACTS=/content/drive/MyDrive/"
-                "bert-artifacts and run this cell again")
-    if where == "kaggle":
-        return ("Kaggle keeps /kaggle/working only in a saved version: Save Version, then in the next notebook "
-                "Add Input > Your Work > this notebook, and copy its artifacts into /kaggle/working "
-                "(!cp -r /kaggle/input/*/artifacts /kaggle/working/)")
+def on_drive() -> bool:
+    """True when the artifacts are on Google Drive: set so by `carry_over`, or BERTLIB_ARTIFACTS under the mount."""
+    if os.environ.get(ON_DRIVE):
+        return True
+    return host() == "colab" and artifacts_root().is_relative_to(DRIVE_MOUNT)
+
+
+def _mount_drive() -> str | None:
+    """Mount Google Drive at DRIVE_MOUNT (Colab asks the learner to allow it); None on success, else why not."""
+    try:
+        from google.colab import drive
+
+        drive.mount(str(DRIVE_MOUNT))
+    except Exception as error:  # declined, timed out, or no google.colab: said, and the notebook goes on
+        return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
     return None
+
+
+def carry_over(keep_on_drive: bool = True) -> list[str]:
+    """Arrange for this notebook's work to reach the next notebook, which on Colab and Kaggle runs elsewhere;
+    returns the lines the setup cell prints about it (none on a laptop, where every notebook shares artifacts/).
+
+    Colab gives every notebook its own runtime: with `keep_on_drive` this mounts Google Drive and sets
+    BERTLIB_ARTIFACTS to DRIVE_ARTIFACTS (the commands a notebook starts inherit it); declined, or when the mount
+    fails, it says what will not carry over. Kaggle keeps /kaggle/working only in a saved version: this copies
+    in the artifacts of the saved versions attached as input (`bring_in_saved_versions`) and says how to hand
+    this notebook's on. A BERTLIB_ARTIFACTS the learner set is their choice: nothing is mounted or copied.
+    """
+    where = host()
+    chosen = os.environ.get("BERTLIB_ARTIFACTS") and not os.environ.get(ON_DRIVE)
+    if where == "colab" and not chosen:
+        if keep_on_drive:
+            problem = _mount_drive()
+            if problem is None:
+                os.environ["BERTLIB_ARTIFACTS"], os.environ[ON_DRIVE] = str(DRIVE_ARTIFACTS), "1"
+                return [f"carry-over: on Google Drive ({shown_path(DRIVE_ARTIFACTS)}): the next notebook's "
+                        "runtime finds your pieces, vocabulary and checkpoints there"]
+            why = f"Google Drive did not mount ({problem})"
+        else:
+            why = "KEEP_ON_DRIVE is off in the setup cell"
+        for variable in ("BERTLIB_ARTIFACTS", ON_DRIVE):
+            os.environ.pop(variable, None)
+        return [f"carry-over: none. {why}, so your work stays in this runtime ({shown_path(COLAB_ARTIFACTS)}), "
+                "and Colab runs the next notebook in a runtime of its own: there it names what it misses and uses "
+                "the course's own instead. To keep your work, run this cell again and allow Google Drive"]
+    if where == "kaggle" and not chosen:
+        brought = bring_in_saved_versions(artifacts_root())
+        found = (f"brought in {brought[1]} file(s) from the saved version(s) attached: {', '.join(brought[0])}"
+                 if brought[0] else "no earlier notebook's saved version is attached")
+        return [f"carry-over: {found}",
+                "carry-over: to hand this notebook's work to the next, Save Version (Save & Run All); then in the "
+                "next notebook, Add Input > Your Work > this notebook, and its setup cell copies the artifacts in"]
+    return []
+
+
+def bring_in_saved_versions(folder: Path, attached: Path | None = None) -> tuple[list[str], int]:
+    """Copy into `folder` the artifacts of every saved version attached under `attached` (KAGGLE_INPUT): each
+    /kaggle/input/<name>/artifacts/, a file kept where the copy here is as new or newer. Returns the names of
+    the versions found and how many files were copied."""
+    attached = KAGGLE_INPUT if attached is None else attached
+    names, copied = [], 0
+    for source in sorted(attached.glob("*/artifacts")) if attached.is_dir() else []:
+        names.append(source.parent.name)
+        for path in sorted(source.rglob("*")):
+            target = folder / path.relative_to(source)
+            if path.is_dir() or (target.exists() and target.stat().st_mtime >= path.stat().st_mtime):
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+            copied += 1
+    return names, copied
+
+
+def checkpoints_line(every: int, folder: Path) -> str:
+    """The GPU cells' line on their checkpoints: how often, where, and whether they outlive a disconnect here."""
+    where = host()
+    if where == "colab" and on_drive():
+        survives = "they are on Google Drive, so after a disconnect a re-run of the cell resumes from the newest"
+    elif where == "colab":
+        survives = ("they are in this runtime only, so a disconnect loses them: keep your work on Google Drive "
+                    "(the setup cell's KEEP_ON_DRIVE) to resume after one")
+    elif where == "kaggle":
+        survives = ("they outlive this session only in a saved version (Save Version); a re-run of the cell in "
+                    "this session resumes from the newest")
+    else:
+        survives = "a re-run of the cell resumes from the newest"
+    return f"checkpoints every {every} steps in {shown_path(folder)}: {survives}"
+
+
+def missing_from(notebook: str, what: str) -> str:
+    """What to do when `what`, which notebook `notebook` ("04", or "03-05") writes, is not in the artifacts here:
+    one clause that names the runtime it stayed in (Colab without Drive, Kaggle) or the notebook to run first."""
+    named = f"notebooks {notebook}" if "-" in notebook else f"notebook {notebook}"
+    where = host()
+    if where == "colab" and not on_drive():
+        return (f"Colab ran {named} in a runtime of its own and Google Drive is not mounted, so {what} stayed "
+                f"there: run {named} and this one with the setup cell's KEEP_ON_DRIVE on")
+    if where == "kaggle":
+        return (f"attach the saved version of {named} (Add Input > Your Work) and run the setup cell again: it "
+                "copies the artifacts in")
+    return f"{named} leaves {what} in {shown_path(artifacts_dir())}: run it first"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -213,8 +313,9 @@ def data_summary() -> str:
     return f"data: {comments}\npretraining text: {describe_pretraining_corpus()}"
 
 
-def setup(seed: int = 0):
-    """The first cell of every notebook: seed everything, print versions, device, data, artifacts; return the device."""
+def setup(seed: int = 0, keep_on_drive: bool = True):
+    """The first cell of every notebook: seed everything, print versions, device, data, artifacts and how they
+    carry over to the next notebook (`carry_over`); return the device."""
     import torch
 
     from bertlib import __version__
@@ -240,10 +341,10 @@ def setup(seed: int = 0):
     print(" | ".join(versions))
     print(f"device: {where} | mode: {'smoke (tiny sizes)' if SMOKE else 'full'} | seed {seed}")
     print(data_summary())
+    carried = carry_over(keep_on_drive)
     print(f"artifacts: {shown_path(artifacts_dir())}")
-    hint = keep_hint()
-    if hint is not None:
-        print(f"artifacts: {hint}")
+    for line in carried:
+        print(line)
     return dev
 
 

@@ -67,6 +67,9 @@ _TEMPLATE = '''\
 # The same cell opens every notebook. Where bertlib is missing (Colab, Kaggle) it finds the course
 # (BERTLIB_REPO, a Kaggle dataset, an uploaded folder) or clones it, then installs only what is missing:
 # the host's torch, transformers and Jupyter stay as they are.
+KEEP_ON_DRIVE = True  # @param {type:"boolean"}
+# On Colab, each notebook runs in a runtime of its own: KEEP_ON_DRIVE keeps your work on Google Drive,
+# where the next notebook finds it (Colab asks you to allow it). Elsewhere it changes nothing.
 import glob, importlib.util, os, shutil, subprocess, sys
 REPO = os.environ.get("BERTLIB_REPO", "@REPOSITORY@")
 if importlib.util.find_spec("bertlib") is None:
@@ -107,7 +110,7 @@ if importlib.util.find_spec("bertlib") is None:
             "on the line above. Then run this cell again: it installs again before using the course.") from None
     sys.path.insert(0, folder)
 from bertlib import course
-device = course.setup(seed=0)'''
+device = course.setup(seed=0, keep_on_drive=KEEP_ON_DRIVE)'''
 
 
 def cell_source(repository: str = REPOSITORY) -> str:
@@ -207,13 +210,14 @@ def retry_missing_optional() -> list[str]:
     return list(missing)
 
 
-def setup(seed: int = 0) -> Any:
+def setup(seed: int = 0, keep_on_drive: bool = True) -> Any:
     """What the setup cell calls once bertlib is importable (`course.setup`): retry the optional installs that
-    failed on this runtime, then open the notebook's session (`session.setup`: seeds, versions, device)."""
+    failed on this runtime, then open the notebook's session (`session.setup`: seeds, versions, device, and on
+    Colab Google Drive when `keep_on_drive`)."""
     from bertlib.course.session import setup as open_session
 
     retry_missing_optional()  # a re-run of the setup cell retries an optional install that failed
-    return open_session(seed)
+    return open_session(seed, keep_on_drive)
 
 
 def install(folder: str | os.PathLike | None = None) -> None:

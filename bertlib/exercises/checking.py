@@ -331,17 +331,20 @@ def use(exercise_id: str, solution: Any, *, quiet: bool = False) -> Any:
     from bertlib.exercises.references import reference
 
     fallback = reference(exercise_id)
-    if solution is None:
-        reason = "not given"
+    if solution is None:  # nothing kept: say where it would come from, never that the learner's failed
+        from bertlib.course.session import missing_from
+
+        said = (f"none kept here, so bertlib's reference stands in "
+                f"({missing_from(exercise_id[:2], 'your piece (once it passes its check)')})")
     else:
         result = check(exercise_id, solution)
         if result.passed:
             if not quiet:
                 print(f"{exercise_id}: yours ✓")
             return solution
-        reason = result.reason
+        said = f"{result.reason} — using bertlib's reference until yours passes"
     if not quiet:
-        print(f"{exercise_id}: {reason} — using bertlib's reference until yours passes")
+        print(f"{exercise_id}: {said}")
     _HANDED_IN[id(fallback)] = (exercise_id, fallback)  # never held against a learner whose code it serves
     return fallback
 

@@ -401,6 +401,15 @@ def keep(exercise_id: str, solution: Any, folder: str | Path | None = None, *, q
         print(f"{exercise_id}: kept in {path.parent.name}/{path.name} for the notebooks after this one")
 
 
+def _none_kept_why(folder: Path) -> str:
+    """Why no piece is kept in `folder`: the notebooks' keep cells write them, and where they did it elsewhere."""
+    from bertlib.course.session import host, missing_from, on_drive
+
+    if host() == "colab" and not on_drive() or host() == "kaggle":
+        return missing_from("03-05", "the pieces they kept")
+    return "notebooks 03-05 keep each piece there once its check passes"
+
+
 def kept(folder: str | Path | None = None, *, quiet: bool = False) -> dict[str, Any]:
     """The pieces `keep` wrote, loaded back and keyed by exercise id; a file that fails to load is named and skipped."""
     folder = Path(folder) if folder is not None else default_folder()
@@ -416,6 +425,6 @@ def kept(folder: str | Path | None = None, *, quiet: bool = False) -> dict[str, 
             if not quiet:
                 print(f"{exercise_id}: {path.name} does not load ({type(error).__name__}: {error}) — skipped")
     if not quiet:
-        found = ", ".join(pieces) if pieces else "none yet (the notebooks' keep cells write them)"
+        found = ", ".join(pieces) if pieces else f"none ({_none_kept_why(folder)})"
         print(f"your pieces kept in {folder.name}/: {found}")
     return pieces

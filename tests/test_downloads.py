@@ -487,3 +487,19 @@ def test_a_parquet_file_reports_empty_and_conflicting_rows_by_row(tmp_path):
     path.write_bytes(parquet_bytes(columns))
     with pytest.raises(DataError, match=r"data row 4, column 'id': id 'c0000' is used on row 1"):
         data.load_comments(path)
+
+
+def test_the_setup_cells_pretraining_line_names_what_06s_cpu_run_reads(hub, kaggle_input, monkeypatch):
+    from bertlib.course import session
+
+    line = session.data_summary().splitlines()[1]
+    flags = sources.cpu_run_corpus_flags()  # what 06's CPU run passes to bertlib.pretrain
+    read = sources.pretraining_corpus(flags[1], max_documents=int(flags[3]))
+    assert line.startswith(f"pretraining text: 06's CPU run reads the first {sources.KAGGLE_CPU_DOCUMENTS:,} of "
+                           "Kaggle's unscored Jigsaw test comments") and str(kaggle_input) in line, line
+    assert "Kaggle" in read.source
+    monkeypatch.setattr(comment_data, "KAGGLE_DIR", kaggle_input.parent / "no-kaggle")
+    line = session.data_summary().splitlines()[1]
+    assert sources.cpu_run_corpus_flags() == ["--corpus", "sample"]
+    assert line.startswith("pretraining text: 06's CPU run reads the course's sample corpus (") and \
+        "its GPU cell, WikiText-103" in line, line  # the hub answers here: only the GPU cell would download

@@ -63,8 +63,16 @@ def test_the_chosen_steps_follow_the_probe(monkeypatch):
     capped = fit_steps_to_budget(model, config(), data, stack, seconds=60, maximum=50)
     assert capped.steps == 50 and "at most 50" in capped.line()
     monkeypatch.setattr(time_budget, "_probe", lambda *args, **kwargs: probed(10.0))
-    floor = fit_steps_to_budget(model, config(), data, stack, seconds=1, minimum=7)
-    assert floor.steps == 7 and "at least 7" in floor.line()
+    floor = fit_steps_to_budget(model, config(), data, stack, seconds=30, minimum=7)  # 70 s: under 3x the 30
+    assert floor.steps == 7 and floor.line().endswith("-> 7 steps (at least 7)")
+
+
+def test_a_floor_far_past_its_budget_is_lowered_to_three_budgets_and_says_so(monkeypatch):
+    monkeypatch.setattr(time_budget, "_probe", lambda *args, **kwargs: probed(10.0))
+    slow = fit_steps_to_budget(classifier(), config(), classification_data(8), stack, seconds=30, minimum=2_000)
+    assert slow.minimum == 9 and slow.steps == 9 and slow.deadline().least == 9  # 90 s: 3 budgets of 30
+    assert slow.line().endswith("-> 9 steps (at least 9: the floor of 2,000 steps would take 20000 s here, over 3x "
+                                "the budget, so it is lowered to what fits in that)"), slow.line()
 
 
 def test_a_real_probe_times_a_copy_and_gives_the_rngs_back():

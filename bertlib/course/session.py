@@ -297,6 +297,42 @@ def missing_from(notebook: str, what: str) -> str:
 # ---------------------------------------------------------------------------------------------------------
 
 
+SHOW_COMMENTS = "BERTLIB_SHOW_COMMENTS"
+"""Set to 1 to see real comments in the outputs (the shipped sample's are always shown)."""
+
+OWN_EXAMPLE = "You keep undoing my edits without reading them. Explain why on the talk page, please."
+"""A comment written for the course, shown where a real one is hidden."""
+
+
+def comments_shown() -> bool:
+    """True when the notebooks may quote the comments they read: the shipped sample's (written for the course), or
+    real ones (Kaggle's, the hub's, a file of yours) where BERTLIB_SHOW_COMMENTS=1 says so, since a saved public
+    notebook (a Kaggle version) publishes its outputs."""
+    from bertlib.data.comments import locate_comments
+
+    if os.environ.get(SHOW_COMMENTS) == "1":
+        return True
+    try:
+        return locate_comments(download=False).kind == "sample"
+    except FileNotFoundError:
+        return True  # no comments at all: nothing to quote
+
+
+def hidden_comments_line(what: str) -> str:
+    """The line printed in place of `what`, which would quote real comments."""
+    return (f"{what}: not shown, since these are real comments and a saved public notebook publishes its outputs; "
+            f"to see them, run %env {SHOW_COMMENTS}=1 and then this cell again")
+
+
+def fold_comments(summary: str, text: str) -> None:
+    """`fold(summary, text)` where `text` quotes the comments: shown if `comments_shown()`, else one line saying
+    why not and how to see them."""
+    if comments_shown():
+        fold(summary, text)
+    else:
+        print(hidden_comments_line(summary))
+
+
 def data_summary() -> str:
     """Which comments and which pretraining text the notebooks read by default here (two lines, nothing downloaded).
 
@@ -304,13 +340,14 @@ def data_summary() -> str:
     the sample) and the text bertlib.pretraining.sources.pretraining_corpus("auto") would pretrain on.
     """
     from bertlib.data.comments import locate_comments
-    from bertlib.pretraining.sources import describe_pretraining_corpus
+    from bertlib.pretraining.sources import describe_cpu_run_corpus, describe_pretraining_corpus
 
     try:
         comments = locate_comments(download=False).dataset
     except FileNotFoundError as error:
         comments = f"no comments found ({error})"
-    return f"data: {comments}\npretraining text: {describe_pretraining_corpus()}"
+    cpu_run, gpu_cell = describe_cpu_run_corpus(), describe_pretraining_corpus()
+    return f"data: {comments}\npretraining text: 06's CPU run reads {cpu_run}; its GPU cell, {gpu_cell}"
 
 
 def setup(seed: int = 0, keep_on_drive: bool = True):

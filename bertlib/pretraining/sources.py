@@ -83,6 +83,13 @@ def cpu_run_corpus_flags() -> list[str]:
     return ["--corpus", "sample"]
 
 
+def describe_cpu_run_corpus() -> str:
+    """One line saying which text notebook 06's CPU run reads here (`cpu_run_corpus_flags`), nothing downloaded."""
+    if kaggle_test_file() is not None:
+        return f"the first {KAGGLE_CPU_DOCUMENTS:,} of {describe_pretraining_corpus()}"
+    return f"the course's sample corpus ({shown_path(sample_dir() / SAMPLE_CORPUS)})"
+
+
 def pretraining_corpus(source: str = "auto", *, max_documents: int | None = None) -> Corpus:
     """The documents to pretrain on, with `.source` saying what they are and where they came from.
 

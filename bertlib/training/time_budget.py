@@ -73,6 +73,7 @@ class StepBudget:
     seconds_compiling: float = 0.0  # torch.compile's first graphs, reserved once (0: eager)
     compile_failure: str | None = None  # why compiling failed in the probe
     compiles: bool = False  # whether the run should compile: asked for, and the probe's compile worked
+    floor_asked: int | None = None  # the minimum asked for, where it was lowered (`lowered_floor`)
 
     def deadline(self) -> Deadline:
         """The clock that keeps the run on this budget as it trains, starting from what the probe measured."""
@@ -88,12 +89,29 @@ class StepBudget:
         if self.seconds_compiling:
             reserved += f", {self.seconds_compiling:.2g} s compiling"
         note = ""
-        if self.steps > fit:
+        if self.floor_asked is not None:
+            note = (f" (at least {self.minimum:,}: the floor of {self.floor_asked:,} steps would take "
+                    f"{self.floor_asked * self.seconds_per_step:.0f} s here, over {FLOOR_STRETCH:g}x the budget, "
+                    "so it is lowered to what fits in that)")
+        elif self.steps > fit:
             note = f" (at least {self.minimum})"
         elif self.maximum is not None and self.steps == self.maximum and fit >= self.maximum + 1:
             note = f" (at most {self.maximum:,}; {int(fit):,} would fit)"
         return (f"time budget {self.seconds:.0f} s: {self.seconds_per_step:.3g} s per step "
                 f"(probe of {self.probe_steps} steps){reserved} -> {self.steps:,} steps{note}")
+
+
+FLOOR_STRETCH = 3.0
+"""How far past its budget a run's floor of steps may take it: a floor that would take longer is lowered."""
+
+
+def lowered_floor(minimum: int, seconds_per_step: float, seconds: float, maximum: int | None = None) -> int:
+    """`minimum`, or on a machine so slow that it would take over FLOOR_STRETCH times `seconds`, the steps that
+    fit in that (at least 1): a floor keeps a short run meaningful, not a slow laptop busy for an hour."""
+    if minimum * seconds_per_step <= FLOOR_STRETCH * seconds:
+        return minimum
+    lowered = max(1, int(FLOOR_STRETCH * seconds / seconds_per_step))
+    return lowered if maximum is None else min(lowered, maximum)
 
 
 def check_seconds(seconds: float) -> float:
@@ -260,6 +278,8 @@ def fit_steps_to_budget(model: nn.Module, config: TrainingConfig, train_dataset:
                     clock)
     per_step = max(probed.per_step, 1e-9)  # a clock too coarse to see the probe: as fast as it gets
     evaluation, saving = probed.evaluation, probed.checkpoint
+    floor = lowered_floor(minimum, per_step, seconds, maximum)
+    floor_asked, minimum = (minimum if floor < minimum else None), floor
     steps = _within(steps_that_fit(seconds - probed.compiling, per_step, evaluation, config.eval_every, saving,
                                    config.checkpoint_every), minimum, maximum)
     evaluations = (steps // config.eval_every if config.eval_every else 0) + 1 if eval_dataset is not None else 0
@@ -267,4 +287,4 @@ def fit_steps_to_budget(model: nn.Module, config: TrainingConfig, train_dataset:
                    if config.out_dir is not None else 0)
     return StepBudget(steps, per_step, seconds, probe_steps, minimum, maximum, evaluation, saving, evaluations,
                       checkpoints, probed.compiling, probed.compile_failure,
-                      config.compile and probed.compile_failure is None)
+                      config.compile and probed.compile_failure is None, floor_asked)

@@ -443,3 +443,13 @@ def test_the_gpu_cells_say_whether_their_checkpoints_outlive_a_disconnect_here(w
     course.carry_over()
     line = course.checkpoints_line(50, hosted / "run")
     assert line.startswith(f"checkpoints every 50 steps in {hosted / 'run'}: {says}"), line
+
+
+def test_a_gpu_cells_first_line_names_the_gpu_its_training_time_and_what_a_disconnect_keeps(hosted, monkeypatch):
+    on_host(monkeypatch, "colab")
+    monkeypatch.setenv("STANDIN_DRIVE_ANSWER", "decline")
+    course.carry_over()
+    line = course.gpu_cell_plan("two runs of up to GPU_MINUTES each", 2 * 20, "then predictions")
+    assert line.startswith(f"this cell on {course.device()}: two runs of up to GPU_MINUTES each, 40 minutes of "
+                           "training in all, then predictions; it checkpoints as it trains: they are in this runtime "
+                           "only, so a disconnect loses them"), line

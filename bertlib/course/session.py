@@ -262,20 +262,33 @@ def bring_in_saved_versions(folder: Path, attached: Path | None = None) -> tuple
     return names, copied
 
 
-def checkpoints_line(every: int, folder: Path) -> str:
-    """The GPU cells' line on their checkpoints: how often, where, and whether they outlive a disconnect here."""
+def survives_disconnect() -> str:
+    """Whether checkpoints written here outlive a disconnect, and how to resume: one clause for the GPU cells."""
     where = host()
     if where == "colab" and on_drive():
-        survives = "they are on Google Drive, so after a disconnect a re-run of the cell resumes from the newest"
-    elif where == "colab":
-        survives = ("they are in this runtime only, so a disconnect loses them: keep your work on Google Drive "
-                    "(the setup cell's KEEP_ON_DRIVE) to resume after one")
-    elif where == "kaggle":
-        survives = ("they outlive this session only in a saved version (Save Version); a re-run of the cell in "
-                    "this session resumes from the newest")
-    else:
-        survives = "a re-run of the cell resumes from the newest"
-    return f"checkpoints every {every} steps in {shown_path(folder)}: {survives}"
+        return "they are on Google Drive, so after a disconnect a re-run of the cell resumes from the newest"
+    if where == "colab":
+        return ("they are in this runtime only, so a disconnect loses them: keep your work on Google Drive (the "
+                "setup cell's KEEP_ON_DRIVE) to resume after one")
+    if where == "kaggle":
+        return ("they outlive this session only in a saved version (Save Version); a re-run of the cell in this "
+                "session resumes from the newest")
+    return "a re-run of the cell resumes from the newest"
+
+
+def checkpoints_line(every: int, folder: Path) -> str:
+    """The GPU cells' line on their checkpoints: how often, where, and whether they outlive a disconnect here."""
+    return f"checkpoints every {every} steps in {shown_path(folder)}: {survives_disconnect()}"
+
+
+def gpu_cell_plan(training: str, minutes: float, then: str) -> str:
+    """The first line of a GPU cell, before it spends anything: the GPU found, its training time in all, what
+    comes around it, and whether its checkpoints outlive a disconnect here."""
+    import torch
+
+    found = torch.cuda.get_device_name(0) if torch.cuda.is_available() else str(device())
+    return (f"this cell on {found}: {training}, {minutes:g} minutes of training in all, {then}; it checkpoints as "
+            f"it trains: {survives_disconnect()}")
 
 
 def missing_from(notebook: str, what: str) -> str:

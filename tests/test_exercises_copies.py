@@ -124,8 +124,27 @@ def _verdict(exercise_id: str, candidate: Callable) -> exercises.Result:
 # --- the walk-through's lines in the exercise's signature, each with the line it copies ---------------------
 
 def _strip_html(namespace: dict) -> Callable:
-    pattern, strip = namespace["TAG"], namespace["strip_html"]
+    pattern, strip = namespace["TAG"], namespace["strip_known_tags"]
     return lambda text: strip(pattern.sub(" ", text))
+
+
+def _strip_any_tag(namespace: dict) -> Callable:
+    """The walk-through's loop with one edit: a pattern that takes any name, as the exercise's hint says."""
+    any_tag, unescape = re.compile(r"</?[A-Za-z][^<>]*>"), namespace["html"].unescape
+
+    def strip(text: str) -> str:
+        while (new := unescape(any_tag.sub(" ", text))) != text:
+            text = new
+        return text
+    return strip
+
+
+def _pairs_counted(labels, scores) -> float:
+    """07's count of five comments' pairs by hand, with the pairs made from the labels: the exercise's answer."""
+    toy_pairs = [(toxic, other) for toxic, is_toxic in zip(scores, labels) if is_toxic
+                 for other, is_other in zip(scores, labels) if not is_other]
+    credit = [1.0 if toxic > other else 0.5 if toxic == other else 0.0 for toxic, other in toy_pairs]
+    return sum(credit) / len(credit) if credit else float("nan")
 
 
 def _split_words(namespace: dict) -> Callable:
@@ -248,7 +267,8 @@ def _feed_forward(namespace: dict) -> Callable:
 
 
 COPIES: dict[str, list[tuple[str, Callable[[dict], Callable]]]] = {
-    "01.strip_html": [('TAG = re.compile(rf"</?({names})', _strip_html)],
+    "01.strip_html": [('TAG = re.compile(rf"</?({names})', _strip_html),
+                      ("new = html.unescape(TAG.sub(tag_to_space, text))", _strip_any_tag)],
     "02.split_words": [('return "".join(f" {char} " if wordpiece.is_cjk(char) else char for char in text)',
                         _split_words),
                        ("from tokenizers import BertWordPieceTokenizer, normalizers, pre_tokenizers", _rust_split)],
@@ -274,7 +294,9 @@ COPIES: dict[str, list[tuple[str, Callable[[dict], Callable]]]] = {
                              lambda namespace: lambda mlm_logits, nsp_logits, mlm_labels, nsp_labels:
                              F.cross_entropy(mlm_logits.reshape(-1, mlm_logits.shape[-1]), mlm_labels.reshape(-1),
                                              ignore_index=-100) + F.cross_entropy(nsp_logits, nsp_labels))],
-    "07.roc_auc": [("from sklearn.metrics import roc_auc_score", lambda namespace: namespace["roc_auc_score"])],
+    "07.roc_auc": [("from sklearn.metrics import roc_auc_score", lambda namespace: namespace["roc_auc_score"]),
+                   ("credit = [1.0 if toxic > other else 0.5 if toxic == other else 0.0 for toxic, other in toy_pairs]",
+                    lambda namespace: _pairs_counted)],
     "07.weighted_bce": [("by_torch = F.binary_cross_entropy_with_logits(logits, y, pos_weight=pos_weight)",
                          lambda namespace: lambda logits, y, pos_weight: F.binary_cross_entropy_with_logits(
                              logits, y, pos_weight=pos_weight)),
@@ -284,14 +306,14 @@ COPIES: dict[str, list[tuple[str, Callable[[dict], Callable]]]] = {
                              + (1 - y) * torch.log(1 - torch.sigmoid(logits))).mean())],
 }
 WRONG_WHEREVER_THEY_STAND = {  # copies the check refuses anyway: what the walk-through's version leaves out
-    "01.strip_html": "the walk-through knows a dozen tag names, the exercise asks for any tag",
+    "01.strip_html TAG": "the walk-through knows a dozen tag names, the exercise asks for any tag",
     "02.split_words return": "bertlib's own is_punctuation, which the check refuses (the rule is the exercise)",
     "02.split_words from": "tokenizers' own BertPreTokenizer, which the check refuses",
     "03.frequencies": "bertlib's own sinusoidal_table, which the check refuses",
     "04.softmax": "torch's own softmax, which the check refuses",
     "05.gelu import": "torch's own F.gelu, which the check refuses",
     "05.layer_norm import": "torch's own F.layer_norm, which the check refuses",
-    "07.roc_auc": "scikit-learn's own roc_auc_score, which the check refuses",
+    "07.roc_auc from": "scikit-learn's own roc_auc_score, which the check refuses",
     "06.pretraining_loss": "torch's own cross_entropy, which the check refuses",
     "05.parameter_count": "the walk-through writes 4H for the feed-forward width, the check tries other widths",
     "07.weighted_bce by_formula": "log(sigmoid(z)) is -inf for large negative logits",
@@ -349,6 +371,7 @@ def test_nothing_above_the_starter_passes_the_check(exercise_id):
 
 
 ANSWERS_IN_PROSE = {  # an exercise's answer as the prose would give it: it may stand only below the starter
+    "01.replace_links": "start + body + end",  # the URL pattern in code: it stands after the check
     "03.offset_dot": r"\sum_{i=0}^{d/2-1} \cos(k\,\omega_i)",  # the closed form, derived after the check
     "05.parameter_count": "(V + P + T)H + 2H",  # the embeddings' formula: the table stands after the check
     "07.roc_auc": "pos[:, None] > neg[None, :]",  # every pair at once by broadcasting

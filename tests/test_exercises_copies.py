@@ -141,8 +141,8 @@ def _strip_any_tag(namespace: dict) -> Callable:
 
 def _pairs_counted(labels, scores) -> float:
     """07's count of five comments' pairs by hand, with the pairs made from the labels: the exercise's answer."""
-    toy_pairs = [(toxic, other) for toxic, is_toxic in zip(scores, labels) if is_toxic
-                 for other, is_other in zip(scores, labels) if not is_other]
+    toy_pairs = [(toxic, other) for toxic, is_toxic in zip(scores, labels, strict=True) if is_toxic
+                 for other, is_other in zip(scores, labels, strict=True) if not is_other]
     credit = [1.0 if toxic > other else 0.5 if toxic == other else 0.0 for toxic, other in toy_pairs]
     return sum(credit) / len(credit) if credit else float("nan")
 

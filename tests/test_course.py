@@ -145,7 +145,7 @@ def test_on_colab_the_setup_keeps_the_artifacts_on_drive_where_the_next_runtime_
     assert lines[0] == f"artifacts: {drive}", lines
     assert lines[1].startswith("carry-over: on Google Drive") and "next notebook's runtime" in lines[1], lines
     assert (hosted / "google-drive" / "MyDrive" / "bert-from-scratch" / "artifacts").is_dir()  # on the Drive
-    assert course.on_drive() and course.missing_from("04", "your piece").endswith(": run it first")
+    assert course.on_drive() and course.missing_from("04", "your piece").startswith("notebook 04 writes your piece to ")
     assert setup_lines(capsys)[0] == lines[0]  # the cell run again: the same folder, mounted once
 
 

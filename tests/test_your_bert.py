@@ -141,8 +141,9 @@ def test_use_of_an_untouched_starter_and_of_none(capsys):
     assert exercises.use("05.gelu", None) is references.gelu
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "05.gelu: not attempted yet — using bertlib's reference until yours passes"
-    assert lines[1].startswith("05.gelu: none kept here, so bertlib's reference stands in (notebook 05 leaves your "
-                               "piece (once it passes its check) in "), lines[1]  # not kept: never "not given"
+    assert lines[1].startswith("05.gelu: none kept here, so bertlib's reference stands in (notebook 05 writes your "
+                               "piece to "), lines[1]  # not kept: never "not given"
+    assert lines[1].endswith(" once it passes its check)"), lines[1]
 
 
 def test_use_of_an_exercise_without_a_reference_names_those_with_one():

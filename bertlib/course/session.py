@@ -291,9 +291,9 @@ def gpu_cell_plan(training: str, minutes: float, then: str) -> str:
             f"it trains: {survives_disconnect()}")
 
 
-def missing_from(notebook: str, what: str) -> str:
-    """What to do when `what`, which notebook `notebook` ("04", or "03-05") writes, is not in the artifacts here:
-    one clause that names the runtime it stayed in (Colab without Drive, Kaggle) or the notebook to run first."""
+def missing_from(notebook: str, what: str, when: str = "") -> str:
+    """What to do when `what`, which notebook `notebook` ("04", or "03-05") writes (`when`: " once ..."), is not in
+    the artifacts here: one clause naming the runtime it stayed in (Colab without Drive, Kaggle), or where it goes."""
     named = f"notebooks {notebook}" if "-" in notebook else f"notebook {notebook}"
     where = host()
     if where == "colab" and not on_drive():
@@ -302,7 +302,7 @@ def missing_from(notebook: str, what: str) -> str:
     if where == "kaggle":
         return (f"attach the saved version of {named} (Add Input > Your Work) and run the setup cell again: it "
                 "copies the artifacts in")
-    return f"{named} leaves {what} in {shown_path(artifacts_dir())}: run it first"
+    return f"{named} writes {what} to {shown_path(artifacts_dir())}{when}"
 
 
 # ---------------------------------------------------------------------------------------------------------

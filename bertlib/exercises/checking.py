@@ -335,7 +335,7 @@ def use(exercise_id: str, solution: Any, *, quiet: bool = False) -> Any:
         from bertlib.course.session import missing_from
 
         said = (f"none kept here, so bertlib's reference stands in "
-                f"({missing_from(exercise_id[:2], 'your piece (once it passes its check)')})")
+                f"({missing_from(exercise_id[:2], 'your piece', ' once it passes its check')})")
     else:
         result = check(exercise_id, solution)
         if result.passed:

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from bertlib.basics import shown_path
 from bertlib.training import checkpoint
 from bertlib.training.config import FIXED_ON_RESUME
 from bertlib.training.distributed import raise_everywhere
@@ -79,10 +80,10 @@ def set_aside_unreadable(path: Path) -> dict[Path, Path]:
 def resumed_line(path: Path, step: int, set_aside: dict[Path, Path]) -> str:
     """"resumed from PATH at step N", naming the newer checkpoints it fell back past and where they were kept."""
     if not set_aside:
-        return f"resumed from {path} at step {step}"
-    return (f"resumed from {path} at step {step}, falling back past {', '.join(old.name for old in set_aside)}, "
-            f"which cannot be read: kept to inspect as {', '.join(new.name for new in set_aside.values())}, out of "
-            "the checkpoint rotation")
+        return f"resumed from {shown_path(path)} at step {step}"
+    return (f"resumed from {shown_path(path)} at step {step}, falling back past "
+            f"{', '.join(old.name for old in set_aside)}, which cannot be read: kept to inspect as "
+            f"{', '.join(new.name for new in set_aside.values())}, out of the checkpoint rotation")
 
 
 def refuse_other_settings(state: dict[str, Any], path: Path, config: dict[str, Any], sampler: dict[str, Any],

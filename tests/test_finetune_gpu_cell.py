@@ -46,8 +46,8 @@ def test_the_gpu_cell_checkpoints_and_a_rerun_resumes_without_timing_again(tmp_p
     assert lines[0] == precision_line("fp32", "cpu")  # which precision, before anything long
     assert lines[1] == "starting point: a tiny checkpoint"
     assert lines[2].startswith("torch.compile: off, eager (on cpu")  # whether it compiles, and why
-    assert lines[3] == (f"checkpoints every 2 steps in {tmp_path / 'gpu-finetuning'}: a re-run of the cell resumes "
-                        "from the newest")  # on this host; on Colab and Kaggle, whether they outlive a disconnect
+    assert lines[3] == f"checkpoints every 2 steps in {tmp_path / 'gpu-finetuning'}"  # the plan line says what a
+    # disconnect keeps, before the cell starts
     assert "4 steps (0.50 epochs)" in lines[4] and "24 validation comments twice and 16 official" in lines[4]
     assert "min in all" in lines[4] and "the competition's test labels:" in lines
     out_dir = tmp_path / "gpu-finetuning"

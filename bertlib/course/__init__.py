@@ -21,7 +21,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
                 "gpu_minutes", "GPU_MINUTES_VARIABLE", "device", "notebooks_dir", "NOTEBOOKS", "COLAB_CONTENT",
                 "COLAB_ARTIFACTS", "DRIVE_MOUNT", "DRIVE_ARTIFACTS", "ON_DRIVE", "KAGGLE_ARTIFACTS", "KAGGLE_INPUT",
                 "ArtifactsError", "host", "artifacts_root", "artifacts_dir", "on_drive", "carry_over",
-                "bring_in_saved_versions", "survives_disconnect", "checkpoints_line", "gpu_cell_plan",
+                "bring_in_saved_versions", "survives_disconnect", "gpu_cell_plan",
                 "missing_from", "SHOW_COMMENTS", "OWN_EXAMPLE",
                 "comments_shown", "hidden_comments_line", "fold_comments", "data_summary",
                 "pretrained_bert_source", "checkpoint_name", "pretrained_file", "needs", "fold", "show"),

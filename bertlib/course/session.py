@@ -276,11 +276,6 @@ def survives_disconnect() -> str:
     return "a re-run of the cell resumes from the newest"
 
 
-def checkpoints_line(every: int, folder: Path) -> str:
-    """The GPU cells' line on their checkpoints: how often, where, and whether they outlive a disconnect here."""
-    return f"checkpoints every {every} steps in {shown_path(folder)}: {survives_disconnect()}"
-
-
 def gpu_cell_plan(training: str, minutes: float, then: str) -> str:
     """The first line of a GPU cell, before it spends anything: the GPU found, its training time in all, what
     comes around it, and whether its checkpoints outlive a disconnect here."""

@@ -28,7 +28,6 @@ import numpy as np
 import torch
 
 from bertlib.basics import atomic_write, shown_path
-from bertlib.course.session import checkpoints_line
 from bertlib.finetuning.classifier import ToxicityClassifier
 from bertlib.finetuning.metrics import evaluate, with_intervals
 from bertlib.finetuning.recipe import (
@@ -169,7 +168,7 @@ def finetune_on_gpu(init: str | Path, names: Sequence[str], train_texts: Sequenc
     compiling = choose_compile(settings.compile, device)
     print(compiling.line())
     settings.out_dir.mkdir(parents=True, exist_ok=True)
-    print(checkpoints_line(settings.checkpoint_every, settings.out_dir))
+    print(f"checkpoints every {settings.checkpoint_every} steps in {shown_path(settings.out_dir)}")
     control = f"{name}, random init"
     folders = {name: settings.out_dir / "model", control: settings.out_dir / "random-init"}
     done = {label: _last_step(folder) for label, folder in folders.items()}

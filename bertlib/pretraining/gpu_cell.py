@@ -22,7 +22,6 @@ from pathlib import Path
 import torch
 
 from bertlib.basics import atomic_write, shown_path
-from bertlib.course.session import checkpoints_line
 from bertlib.model import hf
 from bertlib.model.bert import BertForPreTraining
 from bertlib.model.config import BertConfig
@@ -200,7 +199,7 @@ def pretrain_on_gpu(settings: GpuCellSettings, device: torch.device) -> GpuPretr
     compiling = choose_compile(settings.compile, device)
     print(compiling.line())
     settings.out_dir.mkdir(parents=True, exist_ok=True)
-    print(checkpoints_line(settings.checkpoint_every, settings.out_dir))
+    print(f"checkpoints every {settings.checkpoint_every} steps in {shown_path(settings.out_dir)}")
     rerun = latest_checkpoint(settings.out_dir) is not None  # its vocabulary and steps.json were written first
     text, source = _prepare(settings, rerun)
 

@@ -28,7 +28,8 @@ def test_the_gpu_cell_checkpoints_saves_and_a_rerun_resumes_where_it_stopped(tmp
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == precision_line("fp32", "cpu")  # which precision, before anything long
     assert lines[1].startswith("torch.compile: off, eager (on cpu")  # and whether it compiles, and why
-    assert "a re-run of the cell resumes from the newest" in lines[2]
+    assert lines[2] == f"checkpoints every 2 steps in {tmp_path / 'gpu-pretraining'}"  # the plan line says what a
+    # disconnect keeps, before the cell starts
     probed = json.loads((tmp_path / "gpu-pretraining" / STEPS_FILE).read_text())["steps"]
     steps = checkpoint_step(list_checkpoints(tmp_path / "gpu-pretraining")[-1])  # the probe's, or where a re-fit put it
     assert probed >= 6 and first.history.frame().index.max() == steps >= 6

@@ -37,8 +37,9 @@ from bertlib.finetuning.metrics import (
     untuned_labels,
     untuned_reasons,
 )
+from bertlib.finetuning.payoff import Arm, repeated_splits, time_comparison
 from bertlib.finetuning.predict import main as predict_main
-from bertlib.finetuning.recipe import FineTuneConfig, fine_tune, make_batch_sampler
+from bertlib.finetuning.recipe import FineTuneConfig, FineTuneTime, fine_tune, make_batch_sampler, time_fine_tune
 from bertlib.finetuning.run import _parser as finetune_parser
 from bertlib.finetuning.run import main as finetune_main
 from bertlib.finetuning.run import training_config
@@ -384,6 +385,43 @@ def test_fine_tuning_learns_a_word_rule(tiny_checkpoint):
     assert result.val_metrics.attrs["rows"] == 64 and len(result.test_probs) == 64
     assert result.steps == 160 and result.classifier.thresholds.shape == (2,)
 
+
+def test_timing_a_fine_tune_counts_its_steps_and_validation_passes_and_leaves_the_run_as_it_was(tiny_checkpoint):
+    texts, labels = synthetic_comments(96, seed=2)
+    config = FineTuneConfig(batch_size=16, max_steps=12, eval_every=5, lr=5e-4, max_len=32, bucket_batches=2,
+                            progress=False, bootstrap=0)
+    torch.manual_seed(7)
+    plain = fine_tune(tiny_checkpoint, ["toxic", "threat"], texts[:64], labels[:64], texts[64:], labels[64:], config)
+    torch.manual_seed(7)
+    timing = time_fine_tune(tiny_checkpoint, ["toxic", "threat"], texts[:64], labels[:64], texts[64:], config)
+    timed = fine_tune(tiny_checkpoint, ["toxic", "threat"], texts[:64], labels[:64], texts[64:], labels[64:], config)
+    for name, weight in plain.classifier.model.state_dict().items():  # the probe drew nothing the run would draw
+        assert torch.equal(weight, timed.classifier.model.state_dict()[name]), name
+    assert (timing.steps, timing.validation_passes, timing.validation_comments) == (12, 4, 32)  # steps 5, 10, 12; then
+    # the predictions that tune the thresholds
+    assert timing.seconds(runs=3, scored=10) == pytest.approx(
+        3 * (12 * timing.seconds_per_step + (4 * 32 + 10) * timing.seconds_per_comment))
+    by_epochs = time_fine_tune(tiny_checkpoint, ["toxic", "threat"], texts[:64], labels[:64], texts[64:],
+                               FineTuneConfig(batch_size=16, epochs=1.5, max_len=32, progress=False))
+    assert (by_epochs.steps, by_epochs.validation_passes) == (6, 1)  # 1.5 passes of 4 batches; predicted once
+
+
+def test_a_cell_of_runs_says_what_they_will_take_before_they_start(tiny_checkpoint):
+    texts, labels = synthetic_comments(120, seed=3)
+    config = FineTuneConfig(batch_size=16, max_steps=4, max_len=32, progress=False, bootstrap=0)
+    arms = [Arm.tfidf(), Arm("tiny", lambda: ToxicityClassifier.from_checkpoint(tiny_checkpoint, ["toxic", "threat"],
+                                                                                  max_len=32, verbose=False), config),
+            Arm("tiny, random init", lambda: ToxicityClassifier.untrained(tiny_checkpoint, ["toxic", "threat"],
+                                                                            max_len=32), config)]
+    splits = repeated_splits(labels, 3, seed=0)
+    said = time_comparison(arms, texts, labels, ["toxic", "threat"], splits, [0, 1])
+    assert said.startswith("timed on tiny, split 0: 12 runs of 4 steps at "), said  # 2 BERT arms x 3 splits x 2 seeds
+    assert f"each predicting {len(splits[0].val)} validation comments once and {len(splits[0].test)} test comments" \
+        in said and re.search(r": about \d+ s$", said), said
+    assert time_comparison(arms[:1], texts, labels, ["toxic", "threat"], splits, [0]).endswith("only TF-IDF, seconds")
+    line = FineTuneTime(100, 1.5, 2, 60, 0.01, 3).line(runs=2)
+    assert line == ("2 runs of 100 steps at 1.5 s a step (timed over 3), each predicting 60 validation comments 2 "
+                    "times at 10 ms a comment: about 5.0 min")
 
 @pytest.mark.parametrize("padding, group", [("dynamic", True), ("dynamic", False), ("fixed", False)])
 def test_training_batches_follow_the_padding_setting(padding, group):

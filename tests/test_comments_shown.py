@@ -3,11 +3,12 @@ publishes what its cells printed. The shipped sample, written for the course, is
 
 A stand-in for Kaggle's competition input is the shipped sample with a marker word added to every comment; the
 notebooks that quote comments (01 and 07) run on it in smoke mode, and the marker must not appear in any output,
-until BERTLIB_SHOW_COMMENTS=1 asks for it.
+until BERTLIB_SHOW_COMMENTS=1 asks for it. On these comments, 07 says what its fine-tuning runs will take first.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -60,6 +61,8 @@ def test_no_output_of_01_or_07_quotes_a_real_comment_unless_asked(kaggle_like, t
         shown = outputs_text(executed)
         assert "not shown, since these are real comments" in shown, number
         assert MARKER not in shown, number
+    assert re.search(r"timed on shipped run, split 0: \d+ runs of \d+ steps at .*: about \d", shown)  # 07's CPU
+    # fine-tuning says what it will take on these comments before it starts
     monkeypatch.setenv(course.SHOW_COMMENTS, "1")
     runner.run_notebook(NOTEBOOKS["01"], executed)
     assert MARKER in outputs_text(executed)  # asked for: shown

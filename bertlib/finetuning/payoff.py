@@ -32,7 +32,7 @@ from scipy import stats
 from bertlib.finetuning.baseline import TfidfBaseline
 from bertlib.finetuning.classifier import ToxicityClassifier
 from bertlib.finetuning.metrics import MIN_POSITIVES_TO_TUNE, evaluate
-from bertlib.finetuning.recipe import FineTuneConfig, fine_tune
+from bertlib.finetuning.recipe import FineTuneConfig, fine_tune, time_fine_tune
 from bertlib.finetuning.split import stratified_split, train_val_test_split
 from bertlib.text.cleaning import clean_text
 
@@ -142,6 +142,24 @@ def compare_arms(arms: Sequence[Arm], texts: Sequence[str], labels: np.ndarray, 
                                  "seconds": time.perf_counter() - start})
                     bar.update()
     return pd.DataFrame(rows)
+
+def time_comparison(arms: Sequence[Arm], texts: Sequence[str], labels: np.ndarray, label_names: Sequence[str],
+                    splits: Sequence[Split], seeds: Sequence[int]) -> str:
+    """What `compare_arms` on these will take, said before it starts: its first BERT arm timed on the first split
+    (recipe.time_fine_tune), for all its BERT runs; TF-IDF's fits (seconds) and adaptation are not counted."""
+    bert = [arm for arm in arms if arm.start is not None]
+    timed = next((arm for arm in bert if not arm.reads_text), None)
+    if timed is None:
+        return "no BERT arm to time without its adaptation: " + ("only TF-IDF, seconds" if not bert else
+                                                                 "each run first adapts to its split's comments")
+    split = splits[0]
+    labels = np.asarray(labels).reshape(len(texts), -1)
+    timing = time_fine_tune(timed.start(), label_names, [texts[i] for i in split.train], labels[split.train],
+                            [texts[i] for i in split.val], replace(timed.config or FineTuneConfig(), progress=False))
+    adapted = sum(arm.reads_text for arm in bert)
+    left_out = f"; the adaptation of {adapted} arm(s) is not counted" if adapted else ""
+    return (f"timed on {timed.name}, split 0: " + timing.line(len(bert) * len(seeds) * len(splits), len(split.test))
+            + left_out)
 
 
 @dataclass(frozen=True)

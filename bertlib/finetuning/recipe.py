@@ -33,8 +33,11 @@ from bertlib.finetuning.classifier import ToxicityClassifier
 from bertlib.finetuning.metrics import evaluate, tune_thresholds, untuned_reasons
 from bertlib.text.cleaning import clean_text
 from bertlib.training.config import TrainingConfig
+from bertlib.training.devices import pick_device
 from bertlib.training.history import History
+from bertlib.training.rng import rng_state, set_rng_state
 from bertlib.training.sampling import BatchSampler, LengthGroupedBatchSampler, RandomBatchSampler, bucket_widths
+from bertlib.training.time_budget import time_steps
 from bertlib.training.trainer import Trainer
 
 ENCODER_PREFIXES = ("bert.embeddings.", "bert.layers.")  # what encoder_lr_scale slows: all but the pooler and head
@@ -97,6 +100,36 @@ class FineTuneResult:
     def metrics(self) -> pd.DataFrame | None:
         """The reported table: test_metrics (None when fine_tune was given no test part)."""
         return self.test_metrics
+
+
+@dataclass(frozen=True)
+class FineTuneTime:
+    """What `time_fine_tune` measured: seconds per training step and per validation comment, so that a cell can
+    say what its runs will take before it starts them."""
+
+    steps: int  # of one run
+    seconds_per_step: float
+    validation_passes: int  # of one run: its eval_every losses, then the predictions that tune its thresholds
+    validation_comments: int
+    seconds_per_comment: float
+    probe_steps: int
+
+    def seconds(self, runs: int = 1, scored: int = 0) -> float:
+        """The time of `runs` runs, each then predicting `scored` more comments (a test part)."""
+        per_run = (self.steps * self.seconds_per_step
+                   + (self.validation_passes * self.validation_comments + scored) * self.seconds_per_comment)
+        return runs * per_run
+
+    def line(self, runs: int = 1, scored: int = 0) -> str:
+        """One line: the runs, what one step and one comment took in the probe, and the time of all of it."""
+        then = f" and {scored:,} test comments" if scored else ""
+        passes = "once" if self.validation_passes == 1 else f"{self.validation_passes} times"
+        total = self.seconds(runs, scored)
+        return (f"{'one run' if runs == 1 else f'{runs:,} runs'} of {self.steps:,} steps at "
+                f"{self.seconds_per_step:.2g} s a step (timed over {self.probe_steps}), each predicting "
+                f"{self.validation_comments:,} validation comments {passes}{then} at "
+                f"{1000 * self.seconds_per_comment:.2g} ms a comment: about "
+                + (f"{total:.0f} s" if total < 100 else f"{total / 60:.1f} min"))
 
 
 def make_batch_sampler(lengths: Sequence[int], config: FineTuneConfig, shuffle: bool = True) -> BatchSampler:
@@ -202,6 +235,33 @@ def fine_tune(
         result.test_probs = probs
         result.test_metrics = evaluate(probs, test_labels, classifier.label_names, classifier.thresholds, **score)
     return result
+
+
+def time_fine_tune(init: str | Path | ToxicityClassifier, label_names: Sequence[str], train_texts: Sequence[str],
+                   train_labels: np.ndarray, val_texts: Sequence[str], config: FineTuneConfig, *,
+                   probe_steps: int = 3, sample: int = 64) -> FineTuneTime:
+    """Time a run of `fine_tune` before it starts: `probe_steps` of its steps on a throwaway copy, on its own
+    length-grouped batches (time_budget.time_steps), and its predictions on up to `sample` validation comments.
+    The random state is left as it was, so that the run after it draws what it would have drawn."""
+    if not val_texts:
+        raise ValueError("time_fine_tune needs validation comments: their predictions are part of every run")
+    device = pick_device(config.device)
+    saved = rng_state(device)
+    try:
+        classifier = init if isinstance(init, ToxicityClassifier) else load_classifier(init, label_names, config)
+        train, collate, training = training_parts(classifier, train_texts, train_labels, config)
+        sampler = make_batch_sampler(train.lengths, config)
+        per_step = time_steps(classifier.model, training, train, collate, probe_steps=probe_steps,
+                              batch_sampler=sampler)
+        shown = list(val_texts[:sample])
+        start = time.perf_counter()
+        classifier.predict(shown, batch_size=2 * config.batch_size)
+        per_comment = (time.perf_counter() - start) / len(shown)
+    finally:
+        set_rng_state(saved, device)
+    steps = config.max_steps if config.max_steps is not None else math.ceil(config.epochs * len(sampler))
+    evaluations = 0 if config.eval_every is None else -(-steps // config.eval_every)  # every eval_every and the end
+    return FineTuneTime(steps, per_step, evaluations + 1, len(val_texts), per_comment, probe_steps)
 
 
 def _train(trainer: Trainer, patience: int | None) -> tuple[History, int | None, bool]:

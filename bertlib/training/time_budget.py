@@ -152,14 +152,16 @@ def _join_process_group() -> None:
 
 def time_steps(model: nn.Module, config: TrainingConfig, train_dataset: Dataset,
                collate_fn: Callable[[list[Any]], Any] | None = None, *, probe_steps: int = 5,
-               metrics_fn: Callable[..., dict[str, float]] | None = None,
+               metrics_fn: Callable[..., dict[str, float]] | None = None, batch_sampler: BatchSampler | None = None,
                clock: Callable[[], float] = time.perf_counter) -> float:
-    """Seconds per optimizer step of `config` on a deep copy of `model`: untimed warm-up, then `probe_steps` timed.
+    """Seconds per optimizer step of `config` on a deep copy of `model`: untimed warm-up, then `probe_steps` timed,
+    on the batches of `batch_sampler` (None: the Trainer's random batches).
 
     Under torchrun (WORLD_SIZE > 1) it joins the process group if nobody has (the caller leaves it at the end,
     dist.destroy_process_group) and returns the slowest process's time, the same number in every process.
     """
-    return _probe(model, config, train_dataset, collate_fn, probe_steps, metrics_fn, None, None, clock).per_step
+    return _probe(model, config, train_dataset, collate_fn, probe_steps, metrics_fn, None, batch_sampler,
+                  clock).per_step
 
 
 @dataclasses.dataclass(frozen=True)

@@ -53,13 +53,16 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """Under `-n`, each test file runs whole in one worker (its module fixtures set up once), and the notebooks
-    run together in one worker, in order: each hands its artifacts to the next (02's vocabulary to 06)."""
+    """Under `-n`, each test file runs whole in one worker (its module fixtures set up once), and each chain of
+    notebooks, the course's and the solutions', runs together in one worker, in order: each notebook hands its
+    artifacts to the next (02's vocabulary to 06). The two chains share nothing, so two workers run them at once."""
     from xdist.scheduler import LoadScopeScheduling
 
     class NotebooksTogether(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            return "notebooks" if path.endswith(".ipynb") else path
+            if path.endswith(".ipynb"):
+                return "solutions" if "/solutions/" in path else "notebooks"
+            return path
 
     return NotebooksTogether(config, log)

@@ -234,7 +234,8 @@ def _time_limit(seconds: float, what: Callable[[], str]) -> Iterator[None]:
                        "loop, or far more work than the exercise needs?")
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)  # and again every second: an alarm lost in a hook that
+    # swallowed it (a profiler's, say) must not leave an endless loop without a limit
     try:
         yield
     finally:

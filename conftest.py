@@ -48,8 +48,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("shared_data") and not opted_in:
             item.add_marker(pytest.mark.skip(reason=SHARED_DATA))
-    if hasattr(config, "workerinput"):  # a worker of `-n`: the notebooks, the longest scope, are handed out first
-        items.sort(key=lambda item: item.path.suffix != ".ipynb")
+    if hasattr(config, "workerinput"):  # a worker of `-n`: the longest scopes are handed out first, so that the
+        # last ones to start are short (the notebooks, then every file holding a slow test, then the rest)
+        slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+        items.sort(key=lambda item: (item.path.suffix != ".ipynb", item.path not in slow_files))
 
 
 def pytest_xdist_make_scheduler(config, log):

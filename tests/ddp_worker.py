@@ -121,7 +121,17 @@ MLM_SETTINGS = dict(max_steps=2, lr=1e-3, warmup_steps=0, shuffle=False, log_eve
 
 
 BERTLIB = Path(bertlib.__file__).resolve().parent
-HOST_SIDE = {BERTLIB / "training" / name for name in ("batches.py", "sampling.py")}  # CPU tensors only: no wait
+HOST_SIDE = {BERTLIB / "training" / name for name in ("batches.py", "sampling.py")}
+"""The batch work on the CPU: collating, counting a collated batch's targets, drawing indices, moving it over."""
+DEVICE_SIDE = {(BERTLIB / "training" / "batches.py", name) for name in ("loss_terms", "metric_count_key")}
+"""What batches.py does with the model's output, on the device: a read there is a wait, as anywhere else."""
+
+
+def _host_side(frame: Any) -> bool:
+    where = Path(frame.f_code.co_filename)
+    return where in HOST_SIDE and (where, frame.f_code.co_name) not in DEVICE_SIDE
+
+
 # What brings a value to the host. (Tensor.to(device) is left out: on a CPU every tensor is already there.)
 READS = ("item", "tolist", "numpy", "cpu", "__float__", "__int__", "__bool__", "__index__", "nonzero")
 
@@ -149,7 +159,7 @@ def device_reads(trainer: Trainer | Callable[[], int]) -> Iterator[list[int]]:
         while frame is not None and not frame.f_code.co_filename.startswith(str(BERTLIB)):
             frame = frame.f_back  # torch's own frames, called from bertlib, count as bertlib's read
         first = frame
-        while frame is not None and Path(frame.f_code.co_filename) not in HOST_SIDE:
+        while frame is not None and not _host_side(frame):
             frame = frame.f_back  # collating a batch (called from batches.py) is host work
         if first is not None and frame is None:
             reads.append(step())

@@ -28,6 +28,7 @@ from torch import nn
 
 from bertlib import BertConfig, BertForSequenceClassification
 from bertlib.pretraining.mlm import prediction_positions, pretraining_metrics
+from bertlib.training import precision
 from bertlib.training.checkpoint import latest_checkpoint, load_checkpoint
 from bertlib.training.config import TrainingConfig
 from bertlib.training.history import History
@@ -491,6 +492,29 @@ def test_tf32_goes_on_for_fp32_matmuls_on_ampere_and_newer_only(monkeypatch, cap
         assert ("matmuls in TF32" in precision_line("fp32", "cuda")) == turned_on
     finally:
         torch.set_float32_matmul_precision(before)
+
+
+def test_the_trainer_turns_tf32_on_while_it_trains_and_evaluates_and_puts_it_back_after(monkeypatch):
+    """TF32 is torch's process-wide setting: the Trainer set it when built and left it on, so code run after training
+    (scoring, another model) computed in TF32 without asking."""
+    monkeypatch.setattr(precision, "has_tf32", lambda device: True)  # as on an Ampere GPU, here on the CPU
+    seen = set()  # (training mode, matmul precision) at each forward
+    model = classifier()
+    model.register_forward_pre_hook(lambda module, args: seen.add((module.training,
+                                                                   torch.get_float32_matmul_precision())))
+    data = classification_data(8)
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        trainer = Trainer(model, quiet(max_steps=2, batch_size=4, eval_every=2), data, stack, eval_dataset=data)
+        assert torch.get_float32_matmul_precision() == "highest"
+        trainer.train()
+        assert torch.get_float32_matmul_precision() == "highest"
+        trainer.evaluate()
+        assert torch.get_float32_matmul_precision() == "highest"
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert seen == {(True, "high"), (False, "high")}
 
 
 def test_auto_precision_on_cpu_is_fp32_and_bf16_runs():

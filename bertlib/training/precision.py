@@ -3,7 +3,7 @@
     precision = resolve_precision("auto", device)   # bf16 on GPUs that have it, fp16 on older ones, else fp32
     print(precision_line(precision, device))         # which, and why
     with autocast(precision, device): output = model(**batch)
-    use_tf32(device)                                  # fp32 matmuls on tensor cores, where the GPU has TF32
+    with tf32_matmuls(device): train()               # fp32 matmuls in TF32 inside only, where the GPU has it
 
 "auto" chooses bf16 only where the GPU computes in it natively (compute capability 8.0 or newer: A100, L4, H100).
 torch.cuda.is_bf16_supported() also says yes on a T4 (7.5), whose bf16 is emulated and slow: there fp16 with a
@@ -18,7 +18,8 @@ Leaves out: fp8, pure half-precision weights (master weights stay fp32), and App
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Literal
 
 import torch
@@ -36,15 +37,36 @@ def native_bf16(device: torch.device | str) -> bool:
     return torch.cuda.get_device_capability(torch.device(device)) >= NATIVE_BF16
 
 
-def use_tf32(device: torch.device | str) -> bool:
-    """Let fp32 matrix products run in TF32 on a GPU that has it (Ampere, 8.0, and newer): fp32's range with a
-    10-bit mantissa, on the tensor cores, as PyTorch recommends for training. True where it was turned on. It is
-    torch's process-wide setting, so it is left alone on a CPU and an older GPU: their results stay bit for bit."""
+def has_tf32(device: torch.device | str) -> bool:
+    """Whether fp32 matrix products can run in TF32 on `device`: a CUDA GPU of compute capability 8.0 or newer."""
     device = torch.device(device)
-    if device.type != "cuda" or not native_bf16(device):
+    return device.type == "cuda" and native_bf16(device)
+
+
+def use_tf32(device: torch.device | str) -> bool:
+    """Let fp32 matrix products run in TF32 where the GPU has it, for the rest of the process (a script that owns
+    its process; a Trainer uses tf32_matmuls). True where it was turned on; a CPU and an older GPU are left alone,
+    so their results stay bit for bit."""
+    if not has_tf32(device):
         return False
     torch.set_float32_matmul_precision("high")
     return True
+
+
+@contextmanager
+def tf32_matmuls(device: torch.device | str) -> Iterator[bool]:
+    """fp32 matrix products in TF32 (fp32's range with a 10-bit mantissa, on the tensor cores, as PyTorch
+    recommends for training) inside the block only, where the GPU has it; the process-wide setting it changes is
+    put back after, so code that runs after training computes as it did before. Yields whether TF32 is on."""
+    if not has_tf32(device):
+        yield False
+        return
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        yield True
+    finally:
+        torch.set_float32_matmul_precision(before)
 
 
 def resolve_precision(precision: Precision, device: torch.device | str) -> Literal["bf16", "fp16", "fp32"]:
@@ -71,7 +93,7 @@ def precision_line(precision: Literal["bf16", "fp16", "fp32"], device: torch.dev
     gpu = f"{torch.cuda.get_device_name(device)}, compute capability {major}.{minor}"
     native = "has" if native_bf16(device) else "has no"
     how = {"bf16": "bf16 autocast, no loss scaling", "fp16": "fp16 autocast with a gradient scaler",
-           "fp32": "fp32, no autocast" + (", matmuls in TF32" if native_bf16(device) else "")}[precision]
+           "fp32": "fp32, no autocast" + (", matmuls in TF32 while training" if has_tf32(device) else "")}[precision]
     return f"precision {precision} ({how}): this GPU ({gpu}) {native} native bf16 (8.0 or newer)"
 
 

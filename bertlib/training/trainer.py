@@ -51,7 +51,7 @@ from bertlib.training.evaluation import held_out_scores
 from bertlib.training.history import History
 from bertlib.training.interrupt import StopRequests, stopped_at_once
 from bertlib.training.optimizer import param_groups
-from bertlib.training.precision import autocast, loss_scaler, resolve_precision, use_tf32
+from bertlib.training.precision import autocast, loss_scaler, resolve_precision, tf32_matmuls
 from bertlib.training.sampling import BatchSampler, RandomBatchSampler
 from bertlib.training.schedule import Relaid, linear_warmup_decay, schedule_at
 from bertlib.training.step_log import BadStep, StepLog
@@ -84,7 +84,6 @@ class Trainer(TrainerState):
         self.device = pick_device(config.device)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
-            use_tf32(self.device)
         self._pin_memory = self.device.type == "cuda"  # page-locked batches copy to the GPU without a wait
         self.precision = resolve_precision(config.precision, self.device)
         if config.eval_every is not None and eval_dataset is None:
@@ -165,7 +164,7 @@ class Trainer(TrainerState):
         self._train_model.train()
         if self.deadline is not None:
             self.deadline.start()
-        with self.stop:  # Ctrl-C: stop after this step; the handlers go back only once the cleanup below is done
+        with self.stop, tf32_matmuls(self.device):  # Ctrl-C: stop after this step; TF32 only while training
             try:
                 while self.step < self._target(stop_at):  # a re-fit may move the last step
                     started = time.perf_counter()
@@ -370,9 +369,10 @@ class Trainer(TrainerState):
             self._held_out = batches.HeldOutBatches(self.eval_dataset, self.collate_fn, order, self.config.seed,
                                                     self.config.num_workers, self._pin_memory, self.rank,
                                                     self.world_size)
-        return held_out_scores(self._eval_model, self._held_out, device=self.device, precision=self.precision,
-                               metrics_fn=self.metrics_fn, drop_full_masks=True,
-                               world_size=self.world_size, seed=self.config.seed)
+        with tf32_matmuls(self.device):
+            return held_out_scores(self._eval_model, self._held_out, device=self.device, precision=self.precision,
+                                   metrics_fn=self.metrics_fn, drop_full_masks=True,
+                                   world_size=self.world_size, seed=self.config.seed)
 
     def _stop_workers(self) -> None:
         """Stop the training batches' worker processes and the held-out batches'."""

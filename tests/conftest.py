@@ -6,11 +6,12 @@ Imports no torch at the top, so that the tests that need no torch also run where
 
 from __future__ import annotations
 
+import contextlib
 import os
 import site
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,6 +35,28 @@ def benchmark_script(name: str) -> types.ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+HOLD_LOCK = """
+import sys, time
+from bertlib.training.lock import RunLock
+RunLock(sys.argv[1]).acquire()
+print("holding", flush=True)
+time.sleep(120)
+"""
+
+
+@contextlib.contextmanager
+def lock_held_elsewhere(folder: Path) -> Iterator[int]:
+    """The run lock of `folder` held by a live child process while the block runs; yields its pid. The child is
+    killed (SIGKILL, no cleanup) when the block ends."""
+    child = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(folder)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "holding\n"
+        yield child.pid
+    finally:
+        child.kill()
+        child.wait()
 
 
 @pytest.fixture

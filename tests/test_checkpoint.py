@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -25,6 +26,7 @@ from bertlib.training.checkpoint import (
     save_checkpoint,
 )
 from bertlib.training.lock import RunLock, RunLockedError
+from conftest import lock_held_elsewhere
 
 
 def dead_pid() -> int:
@@ -153,36 +155,33 @@ def test_orphaned_temp_files_of_dead_processes_are_removed(tmp_path):
     assert not orphan.exists() and ours.exists()
 
 
-LOCK_IN_CHILD = "import sys; from bertlib.training.lock import RunLock; RunLock(sys.argv[1]).acquire(); print('got it')"
-
-
-def test_a_second_process_cannot_take_a_held_lock(tmp_path):
+def test_a_second_process_cannot_take_a_held_lock_until_it_is_released(tmp_path):
     with RunLock(tmp_path):
-        again = RunLock(tmp_path).acquire()  # the same process may (a notebook's second Trainer)
-        again.release()
-        assert (tmp_path / ".lock").exists()
-        child = subprocess.run([sys.executable, "-c", LOCK_IN_CHILD, str(tmp_path)], capture_output=True, text=True)
-        assert child.returncode != 0
-        assert "RunLockedError" in child.stderr and f"process {os.getpid()}" in child.stderr
-    assert not (tmp_path / ".lock").exists()
+        RunLock(tmp_path).acquire().release()  # the same process may (a notebook's second Trainer)
+        take = subprocess.run([sys.executable, "-c", f"from bertlib.training.lock import RunLock; "
+                               f"RunLock({str(tmp_path)!r}).acquire()"], capture_output=True, text=True)
+        assert take.returncode != 0
+        assert "RunLockedError" in take.stderr and f"in use by process {os.getpid()} (" in take.stderr
+    assert not (tmp_path / ".lock.owner").exists()
+    with lock_held_elsewhere(tmp_path):  # released: another process takes it
+        pass
 
 
-def test_a_stale_lock_is_replaced_with_a_note(tmp_path):
-    (tmp_path / ".lock").write_text(f'{{"pid": {dead_pid()}, "host": "{os.uname().nodename}"}}')
-    with pytest.warns(UserWarning, match="stale lock"):
-        lock = RunLock(tmp_path).acquire()
-    assert f'"pid": {os.getpid()}' in (tmp_path / ".lock").read_text()
-    lock.release()
-    (tmp_path / ".lock").write_text("garbage")
-    with pytest.raises(RunLockedError, match="delete it"):
+def test_the_lock_of_a_killed_run_is_free_at_once_without_a_note(tmp_path):
+    """The OS frees the lock with its process: nothing is left to judge stale (the pid-file lock had to)."""
+    with lock_held_elsewhere(tmp_path) as holder, pytest.raises(RunLockedError, match=f"in use by process {holder} "):
         RunLock(tmp_path).acquire()
+    assert (tmp_path / ".lock.owner").exists()  # SIGKILL: the holder removed nothing
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with RunLock(tmp_path):
+            assert f'"pid": {os.getpid()}' in (tmp_path / ".lock.owner").read_text()
 
 
-def test_a_run_that_replaced_a_stale_lock_leaves_no_lock_file_behind(tmp_path):
-    (tmp_path / ".lock").write_text(f'{{"pid": {dead_pid()}, "host": "{os.uname().nodename}"}}')
-    with pytest.warns(UserWarning, match="stale lock"), RunLock(tmp_path):
-        assert (tmp_path / ".lock.takeover").exists()  # the OS lock of the take-over, made by filelock
-    assert list(tmp_path.iterdir()) == []  # neither .lock nor an empty .lock.takeover
+def test_a_lock_file_left_by_the_old_pid_lock_does_not_hold_the_folder(tmp_path):
+    (tmp_path / ".lock").write_text(f'{{"pid": 1, "host": "{os.uname().nodename}"}}')  # pid 1 always lives
+    with RunLock(tmp_path):
+        pass
 
 
 def test_pick_device_puts_each_torchrun_process_on_its_own_gpu(monkeypatch):
@@ -207,26 +206,19 @@ def test_pick_device_without_a_gpu(monkeypatch):
         devices.pick_device("gpu0")
 
 
-# Takes the lock on argv[1] once argv[3] exists; judging the stale owner argv[2] takes argv[4] seconds (a slow
-# check widens the window in which the other process replaces the stale lock). Holds it 2 s, then exits.
+# Takes the lock on argv[1] once argv[2] exists, holds it 2 s, then exits.
 RACE_CHILD = """
 import sys, time
 from pathlib import Path
-from bertlib.training import lock as run_lock
-folder, stale, go, delay = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]), float(sys.argv[4])
-real = run_lock.process_alive
-def slow(pid):
-    if pid == stale:
-        time.sleep(delay)
-    return real(pid)
-run_lock.process_alive = slow
+from bertlib.training.lock import RunLock, RunLockedError
+folder, go = sys.argv[1], Path(sys.argv[2])
 print("ready", flush=True)
 deadline = time.monotonic() + 30
 while not go.exists() and time.monotonic() < deadline:
-    time.sleep(0.01)
+    time.sleep(0.001)
 try:
-    run_lock.RunLock(folder).acquire()
-except run_lock.RunLockedError as error:
+    RunLock(folder).acquire()
+except RunLockedError as error:
     print("refused:", error, flush=True)
     sys.exit(0)
 print("got it", flush=True)
@@ -234,13 +226,10 @@ time.sleep(2)
 """
 
 
-def test_two_processes_racing_on_a_stale_lock_never_both_take_it(tmp_path):
-    stale = dead_pid()
-    (tmp_path / ".lock").write_text(f'{{"pid": {stale}, "host": "{os.uname().nodename}"}}')
+def test_two_processes_racing_for_a_lock_never_both_take_it(tmp_path):
     go = tmp_path / "go"
-    children = [subprocess.Popen([sys.executable, "-W", "ignore", "-c", RACE_CHILD, str(tmp_path), str(stale),
-                                  str(go), delay], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                for delay in ("0.2", "1.0")]
+    children = [subprocess.Popen([sys.executable, "-c", RACE_CHILD, str(tmp_path), str(go)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     try:
         for child in children:
             assert child.stdout.readline().strip() == "ready"
@@ -250,4 +239,4 @@ def test_two_processes_racing_on_a_stale_lock_never_both_take_it(tmp_path):
         for child in children:
             child.kill()
     assert sum("got it" in out for out in outputs) == 1, outputs
-    assert any("refused:" in out and "in use by process" in out for out in outputs), outputs
+    assert any("refused:" in out and "is in use by" in out for out in outputs), outputs

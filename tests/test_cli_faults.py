@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from bertlib.finetuning.run import main as finetune_main
-from conftest import tiny_checkpoint_folder
+from conftest import lock_held_elsewhere, tiny_checkpoint_folder
 
 WORDS = ["good", "nice", "thanks", "article", "source", "page", "edit", "idiot", "stupid", "moron", "you", "are"]
 
@@ -122,19 +122,16 @@ def test_a_refused_resume_says_whether_a_no_flag_was_given_not_the_inverted_sett
 
 def test_a_second_finetune_refused_by_the_lock_writes_nothing_into_the_running_run(tiny_checkpoint, tmp_path,
                                                                                    capsys):
-    import socket
-
     data = write(comments(), tmp_path / "a.csv")
     assert finetune(tiny_checkpoint, data, tmp_path / "out", "--max-steps", "2") == 0
     settings = tmp_path / "out" / "checkpoints" / "settings.json"
     before = settings.read_text()
     for written in (tmp_path / "out" / "checkpoints").glob("checkpoint-*.pt"):
         written.unlink()  # a run that has not saved its first checkpoint yet: its settings.json is all there is
-    lock = tmp_path / "out" / ".lock"  # as a run in another live process (init, pid 1) holds it
-    lock.write_text(json.dumps({"pid": 1, "host": socket.gethostname()}))
     capsys.readouterr()
-    assert finetune(tiny_checkpoint, data, tmp_path / "out", "--max-steps", "3", "--seed", "7") == 2
-    assert "is in use by process 1" in capsys.readouterr().err
+    with lock_held_elsewhere(tmp_path / "out") as holder:  # a run in another live process holds it
+        assert finetune(tiny_checkpoint, data, tmp_path / "out", "--max-steps", "3", "--seed", "7") == 2
+    assert f"is in use by process {holder}" in capsys.readouterr().err
     assert settings.read_text() == before  # the running run's settings, untouched
 
 
@@ -374,16 +371,14 @@ def test_an_untuned_threshold_is_said_by_the_run_its_files_and_predict(tiny_chec
 
 
 def test_finetune_into_a_folder_a_live_pretraining_holds_is_refused_in_one_line(tiny_checkpoint, tmp_path, capsys):
-    import socket
-
     out = tmp_path / "pretraining"  # a pretraining still training its vocabulary: its lock is all the folder holds
-    out.mkdir()
-    (out / ".lock").write_text(json.dumps({"pid": 1, "host": socket.gethostname()}))  # init: a live process
     data = write(comments(), tmp_path / "a.csv")
-    assert finetune(tiny_checkpoint, data, out) == 2
+    with lock_held_elsewhere(out) as holder:
+        assert finetune(tiny_checkpoint, data, out) == 2
+        assert sorted(path.name for path in out.iterdir()) == [".lock", ".lock.owner"]  # nothing beside the live run
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and f"{out} is in use by process 1" in err and "another output folder" in err
-    assert [path.name for path in out.iterdir()] == [".lock"]  # nothing written beside the live run
+    assert len(err.splitlines()) == 1 and f"{out} is in use by process {holder}" in err
+    assert "another output folder" in err
 
 
 def test_a_bad_init_folder_is_refused_before_any_folder_is_made_in_out(tmp_path, capsys):
@@ -394,7 +389,7 @@ def test_a_bad_init_folder_is_refused_before_any_folder_is_made_in_out(tmp_path,
     assert finetune(broken, data, tmp_path / "out") == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "config.json" in err
-    assert list((tmp_path / "out").iterdir()) == []  # no checkpoints/, no settings.json
+    assert [path.name for path in (tmp_path / "out").iterdir()] == [".lock"]  # the lock's empty file, no checkpoints/
 
 
 def test_eval_every_on_a_corpus_too_small_to_hold_out_text_is_refused_before_the_vocabulary(corpus, tmp_path):

@@ -73,7 +73,7 @@ def test_an_out_path_that_is_a_file_is_refused(corpus, vocab, tmp_path):
 def test_a_resume_with_another_lr_is_refused_and_more_steps_reported(corpus, vocab, tmp_path, capsys):
     out = tmp_path / "run"
     assert run(corpus, vocab, out) == 0
-    assert (out / "pretrained" / "model.safetensors").is_file() and not (out / ".lock").exists()
+    assert (out / "pretrained" / "model.safetensors").is_file() and not (out / ".lock.owner").exists()
     with pytest.raises(SystemExit, match="--lr was 0.002, now 0.001"):
         run(corpus, vocab, out, "--lr", "1e-3")
     capsys.readouterr()

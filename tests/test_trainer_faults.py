@@ -31,6 +31,7 @@ from bertlib.training.lock import RunLockedError
 from bertlib.training.sampling import LengthGroupedBatchSampler
 from bertlib.training.schedule import linear_warmup_decay
 from bertlib.training.trainer import NonFiniteLossError, Trainer
+from conftest import lock_held_elsewhere
 
 
 def quiet(**kwargs) -> TrainingConfig:
@@ -261,17 +262,8 @@ def test_a_ctrl_c_during_the_cleanup_after_an_error_does_not_hide_the_error(tmp_
 
 
 def test_a_live_run_s_folder_is_refused(tmp_path):
-    holder = os.fork() if hasattr(os, "fork") else None
-    if holder == 0:  # the child: hold nothing, just live while the parent looks
-        signal.pause()
-        os._exit(0)
-    try:
-        (tmp_path / ".lock").write_text(f'{{"pid": {holder}, "host": "{os.uname().nodename}"}}')
-        with pytest.raises(RunLockedError, match=f"in use by process {holder}"):
-            Trainer(classifier(), quiet(max_steps=1, batch_size=4, out_dir=tmp_path), classification_data(8), stack)
-    finally:
-        os.kill(holder, signal.SIGKILL)
-        os.waitpid(holder, 0)
+    with lock_held_elsewhere(tmp_path) as holder, pytest.raises(RunLockedError, match=f"in use by process {holder}"):
+        Trainer(classifier(), quiet(max_steps=1, batch_size=4, out_dir=tmp_path), classification_data(8), stack)
 
 
 def test_a_fresh_run_never_deletes_another_run_s_checkpoints(tmp_path):

@@ -423,7 +423,7 @@ def test_checkpoints_are_atomic_pruned_and_weights_only(tmp_path, monkeypatch):
     cfg = quiet(max_steps=4, batch_size=4, checkpoint_every=1, keep_checkpoints=2, out_dir=tmp_path)
     trainer = Trainer(classifier(), cfg, data, stack)
     trainer.train(stop_at=3)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", "checkpoint-2.pt", "checkpoint-3.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", ".lock.owner", "checkpoint-2.pt", "checkpoint-3.pt"]
 
     real_save = torch.save
 
@@ -435,7 +435,8 @@ def test_checkpoints_are_atomic_pruned_and_weights_only(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         trainer.train()
     monkeypatch.undo()
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", "checkpoint-2.pt", "checkpoint-3.pt"]  # no temp left
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", ".lock.owner", "checkpoint-2.pt",
+                                                          "checkpoint-3.pt"]  # no temp left
 
     state = torch.load(tmp_path / "checkpoint-3.pt", weights_only=True)
     assert state["step"] == 3
@@ -569,7 +570,8 @@ def test_ddp_two_processes_match_one_and_resume(tmp_path):
     for name, tensor in single.model.state_dict().items():
         torch.testing.assert_close(ddp["weights"][name], tensor, atol=1e-6, rtol=0, msg=name)
 
-    assert sorted(p.name for p in (tmp_path / "ddp-run").iterdir()) == ["checkpoint-3.pt", "checkpoint-6.pt"]  # no lock
+    released = [".lock", "checkpoint-3.pt", "checkpoint-6.pt"]  # the lock's empty file, no owner
+    assert sorted(p.name for p in (tmp_path / "ddp-run").iterdir()) == released
     state = load_checkpoint(tmp_path / "ddp-run" / "checkpoint-6.pt")
     assert state["world_size"] == 2 and len(state["rng"]) == 2
     assert not torch.equal(state["rng"][0]["torch"], state["rng"][1]["torch"])  # each rank's own stream
@@ -581,7 +583,7 @@ def test_ddp_two_processes_match_one_and_resume(tmp_path):
     assert ddp["stopped"] == [stop, stop]
     if fused_adamw_on_cpu():
         assert sorted(set(ddp["reads"])) == [3]  # no read between logging steps
-    assert sorted(p.name for p in (tmp_path / "ddp-stop").iterdir()) == [f"checkpoint-{stop}.pt"]
+    assert sorted(p.name for p in (tmp_path / "ddp-stop").iterdir()) == [".lock", f"checkpoint-{stop}.pt"]
     # a time budget with process 1 three times slower: both re-fit to its speed (about 33 steps in 10 s) and end
     # together (each on its own would end at another step, or wait forever for the other)
     assert ddp["refit_ends"][0] == ddp["refit_ends"][1] and 25 <= ddp["refit_ends"][0] <= 40

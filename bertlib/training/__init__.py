@@ -7,14 +7,14 @@ checkpoints, the run lock, the time budget that fixes a step count and the deadl
 from bertlib.basics import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
-    "checkpoint": ("CHECKPOINT_FORMAT", "CheckpointError", "DiskFullError", "OutDirError",
+    "checkpoint": ("CHECKPOINT_FORMAT", "CheckpointError", "DiskFullError", "OutDirError", "process_alive",
                    "remove_orphaned_temp_files", "check_out_dir", "checkpoint_name", "checkpoint_step",
                    "list_checkpoints", "latest_checkpoint", "save_checkpoint", "load_checkpoint",
                    "load_latest_checkpoint", "set_aside", "prune_checkpoints"),
     "config": ("FIXED_ON_RESUME", "TrainingConfig"),
     "devices": ("local_rank", "world_size", "pick_device"),
     "history": ("History",),
-    "lock": ("LOCK_NAME", "TAKEOVER_SUFFIX", "TAKEOVER_TIMEOUT_S", "process_alive", "RunLockedError", "RunLock"),
+    "lock": ("LOCK_NAME", "OWNER_SUFFIX", "RunLockedError", "RunLock"),
     "optimizer": ("param_groups",),
     "precision": ("Precision", "PRECISIONS", "NATIVE_BF16", "native_bf16", "has_tf32", "use_tf32", "tf32_matmuls",
                   "resolve_precision", "precision_line", "autocast", "loss_scaler"),

@@ -10,9 +10,9 @@
 Every file the package writes for you (checkpoints, models, vocabularies, configs, tables, notebooks) goes
 through `atomic_write`: the bytes go to a hidden temporary file in the same folder, are fsynced, and os.replace
 renames it over the target (atomic on POSIX and Windows), so a crash, a full disk or Ctrl-C never leaves a
-half-written checkpoint or model. Two files are written otherwise, on purpose: the run lock, created with
-O_EXCL so that only one of two racing runs can take it (bertlib.training.lock), and the setup cell's pip
-constraints, a scratch file in a temporary folder. A temporary file orphaned by a
+half-written checkpoint or model. Two files are written otherwise, on purpose: the run lock, an empty file
+the OS locks (bertlib.training.lock), and the setup cell's pip constraints, a scratch file in a temporary
+folder. A temporary file orphaned by a
 killed process is named `.NAME.PID.tmp` and removed by `remove_orphaned_temp_files`.
 
 Checkpoints are `checkpoint-{step}.pt`, read with torch.load(weights_only=True): they hold only tensors,
@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bertlib.basics import DiskFullError, atomic_write, free_space, is_disk_full, shown_path
-from bertlib.training.lock import process_alive
 
 if TYPE_CHECKING:
     import torch
@@ -60,6 +59,21 @@ class CheckpointError(ValueError):
 
 class OutDirError(ValueError):
     """An output folder that cannot be used: a file is in the way, or it cannot be written."""
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process with this id runs on this machine (ours always does): the writer of a temp file."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, under another user
+        return True
+    except OSError:  # Windows: no such process
+        return False
+    return True
 
 
 def remove_orphaned_temp_files(folder: str | Path) -> list[Path]:

@@ -177,6 +177,17 @@ def test_a_machine_faster_than_the_probe_said_trains_longer():
     assert 9.0 <= quick.now <= 10.5 and trainer.step > 150
 
 
+def test_a_floor_holds_where_it_fits_in_three_budgets_at_the_speed_the_run_measures():
+    """A probe timed while the machine was busy lowered the floor for the whole run (06's your BERT: 609 of the 2,000
+    steps asked for, on a machine that then ran each step in a seventh of the probe's time)."""
+    quick = SlowingMachine(0.1, 0.1, 0)  # the probe said 60 steps; 200 take 20 s, within 3 budgets of 10 s
+    trainer = trained(quick, Deadline(10, floor=200, clock=quick, window=0.5), max_steps=60)
+    assert trainer.step == 200 and 19 <= quick.now <= 21
+    late = SlowingMachine(0.1, 0.5, slows_after=20)  # five times slower from step 20: 200 steps would take 92 s
+    trainer = trained(late, Deadline(10, floor=200, clock=late, window=0.5), max_steps=60)
+    assert trainer.step < 200 and 28 <= late.now <= 33  # the floor as far as 3 budgets reach
+
+
 def test_a_resumed_run_goes_on_with_the_checkpoint_s_last_step_clock_and_schedule(tmp_path):
     late = SlowingMachine(0.1, 0.3, slows_after=20)
     first = Trainer(classifier(), config(out_dir=tmp_path, log_every=1), classification_data(64), late.collate,

@@ -22,7 +22,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "sampling": ("BatchSampler", "RandomBatchSampler", "length_grouped_batches", "LengthGroupedBatchSampler",
                  "sequential_batches"),
     "schedule": ("linear_warmup_decay", "noam_schedule", "schedule_at", "Relaid"),
-    "deadline": ("Deadline", "Refit", "steps_that_fit"),
+    "deadline": ("FLOOR_STRETCH", "Deadline", "Refit", "steps_that_fit"),
     "time_budget": ("StepBudget", "check_seconds", "steps_in_budget", "time_steps", "fit_steps_to_budget"),
     "trainer": ("MetricsFn", "NonFiniteLossError", "Trainer"),
     "batches": ("Batch", "EXAMPLES", "TOKENS", "BatchStream", "HeldOutBatches", "target_counts",

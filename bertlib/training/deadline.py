@@ -16,6 +16,10 @@ nothing), the Trainer moves its last step there and re-lays its decay from where
 that moves the end by 10% or more from the end last announced prints one line; the line at the end of the run
 counts every re-fit and says where the end went from the probe's.
 
+A floor of steps (`floor`, a short run's minimum to be meaningful) holds while it fits in FLOOR_STRETCH budgets at
+the speed measured then: a probe made while the machine was busy lowers it no longer for the whole run, and a
+machine that turns slow lowers it to what fits.
+
 A run without a Deadline never re-fits: one given --steps stays exactly reproducible. Under torchrun every
 process takes the slowest process's times (`agree`), so that all re-fit to the same step.
 
@@ -33,6 +37,9 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+
+FLOOR_STRETCH = 3.0
+"""How far past its budget a run's floor of steps may take it: a floor that would take longer is lowered."""
 
 
 def steps_that_fit(seconds: float, per_step: float, evaluation: float = 0.0, eval_every: int | None = None,
@@ -71,14 +78,15 @@ class Refit:
 class Deadline:
     """The clock of a time-budgeted run, and the re-fits of its last step (see the module docstring)."""
 
-    def __init__(self, seconds: float, least: int = 1, most: int | None = None, *, evaluation: float = 0.0,
-                 checkpoint: float = 0.0, tolerance: float = 0.02, drift: float = 0.05,
+    def __init__(self, seconds: float, least: int = 1, most: int | None = None, *, floor: int | None = None,
+                 evaluation: float = 0.0, checkpoint: float = 0.0, tolerance: float = 0.02, drift: float = 0.05,
                  window: float | None = None, clock: Callable[[], float] = time.perf_counter):
         if not (isinstance(seconds, int | float) and math.isfinite(seconds) and seconds > 0):
             raise ValueError(f"a time budget must be a finite number of seconds > 0, got {seconds!r}")
         if least < 1 or (most is not None and most < least):
             raise ValueError(f"need 1 <= least <= most, got least={least}, most={most}")
         self.seconds, self.least, self.most = float(seconds), least, most
+        self.floor = floor  # steps to make where they fit in FLOOR_STRETCH budgets (least always holds)
         self.tolerance, self.drift = tolerance, drift  # of the budget, of the time left: moves smaller are noise
         self.window = max(0.5, 0.02 * self.seconds) if window is None else window  # the fewest seconds timed
         self.span = max(self.window, 0.1 * self.seconds)  # the recent steps the speed is taken over
@@ -158,8 +166,13 @@ class Deadline:
             return None
         per_step = max(per_step, 1e-9)
         left = self.seconds - elapsed
-        more = steps_that_fit(left, per_step, evaluation, eval_every, checkpoint, checkpoint_every, last_checkpoint)
-        end = max(step + more, self.least, step + 1)  # the next step is the earliest end: it evaluates and saves
+        costs = (evaluation, eval_every, checkpoint, checkpoint_every, last_checkpoint)
+        more = steps_that_fit(left, per_step, *costs)
+        least = self.least
+        if self.floor is not None:  # the floor, as far as FLOOR_STRETCH budgets reach at this speed
+            least = max(least, min(self.floor, step + steps_that_fit(FLOOR_STRETCH * self.seconds - elapsed,
+                                                                     per_step, *costs)))
+        end = max(step + more, least, step + 1)  # the next step is the earliest end: it evaluates and saves
         end = end if self.most is None else min(end, max(self.most, step + 1))
         if abs(end - last_step) * per_step <= max(self.tolerance * self.seconds, self.drift * left):
             return None

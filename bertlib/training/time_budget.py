@@ -49,7 +49,7 @@ from torch.utils.data import Dataset
 
 from bertlib.training.compiling import graphs_compiled
 from bertlib.training.config import TrainingConfig
-from bertlib.training.deadline import Deadline, steps_that_fit
+from bertlib.training.deadline import FLOOR_STRETCH, Deadline, steps_that_fit
 from bertlib.training.devices import local_rank, pick_device
 from bertlib.training.rng import rng_state, set_rng_state
 from bertlib.training.sampling import BatchSampler
@@ -76,9 +76,11 @@ class StepBudget:
     floor_asked: int | None = None  # the minimum asked for, where it was lowered (`lowered_floor`)
 
     def deadline(self) -> Deadline:
-        """The clock that keeps the run on this budget as it trains, starting from what the probe measured."""
-        return Deadline(self.seconds, self.minimum, self.maximum, evaluation=self.seconds_per_evaluation,
-                        checkpoint=self.seconds_per_checkpoint)
+        """The clock that keeps the run on this budget as it trains, starting from what the probe measured; the
+        floor asked for holds again where the run turns out faster than the probe said."""
+        floor = self.floor_asked or self.minimum
+        return Deadline(self.seconds, most=self.maximum, floor=floor if floor > 1 else None,
+                        evaluation=self.seconds_per_evaluation, checkpoint=self.seconds_per_checkpoint)
 
     def line(self) -> str:
         """One line saying what the probe measured and what was chosen."""
@@ -99,10 +101,6 @@ class StepBudget:
             note = f" (at most {self.maximum:,}; {int(fit):,} would fit)"
         return (f"time budget {self.seconds:.0f} s: {self.seconds_per_step:.3g} s per step "
                 f"(probe of {self.probe_steps} steps){reserved} -> {self.steps:,} steps{note}")
-
-
-FLOOR_STRETCH = 3.0
-"""How far past its budget a run's floor of steps may take it: a floor that would take longer is lowered."""
 
 
 def lowered_floor(minimum: int, seconds_per_step: float, seconds: float, maximum: int | None = None) -> int:

@@ -35,7 +35,7 @@ from bench_pretrain_step import make_batch
 from bertlib import BertConfig, BertForPreTraining
 from bertlib.model.hf import load_hf_state_dict
 from bertlib.pretraining.mlm import prediction_positions
-from bertlib.training.precision import autocast, resolve_precision, use_tf32
+from bertlib.training.precision import autocast, resolve_precision, tf32_matmuls
 from bertlib.training.throughput import bert_flops_per_token, mfu, peak_tflops
 from bertlib.training.update import fused_adamw_on_cpu
 
@@ -136,7 +136,6 @@ def main() -> int:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     args.device = device.type
     precision = resolve_precision("auto", device)
-    use_tf32(device)  # as the command's Trainer does
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (not a GPU figure)"
     peak = args.peak_tflops or peak_tflops(device, precision)
     print(f"{name}; torch {torch.__version__}, transformers {transformers.__version__}; {precision}; "
@@ -165,8 +164,9 @@ def main() -> int:
     if args.compile:
         arms.update({"transformers, compiled": (torch.compile(theirs), "transformers"),
                      "bertlib, compiled": (torch.compile(ours), "bertlib")})
-    speed = {arm: tokens_per_second(raw_step(model, batch, style, precision, device), tokens, args.warmup,
-                                    args.steps, device) for arm, (model, style) in arms.items()}
+    with tf32_matmuls(device):  # fp32 matmuls in TF32 where the GPU has it, as the command's Trainer trains
+        speed = {arm: tokens_per_second(raw_step(model, batch, style, precision, device), tokens, args.warmup,
+                                        args.steps, device) for arm, (model, style) in arms.items()}
     took = ""
     if args.cli_minutes > 0:
         median, took = through_the_command(args)

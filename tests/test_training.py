@@ -33,7 +33,7 @@ from bertlib.training.checkpoint import latest_checkpoint, load_checkpoint
 from bertlib.training.config import TrainingConfig
 from bertlib.training.history import History
 from bertlib.training.optimizer import param_groups
-from bertlib.training.precision import precision_line, resolve_precision, use_tf32
+from bertlib.training.precision import precision_line, resolve_precision, tf32_matmuls
 from bertlib.training.schedule import linear_warmup_decay, noam_schedule
 from bertlib.training.trainer import Trainer
 from bertlib.training.update import adamw, fused_adamw_on_cpu
@@ -487,9 +487,12 @@ def test_tf32_goes_on_for_fp32_matmuls_on_ampere_and_newer_only(monkeypatch, cap
     before = torch.get_float32_matmul_precision()
     try:
         torch.set_float32_matmul_precision("highest")
-        assert use_tf32("cpu") is False and torch.get_float32_matmul_precision() == "highest"
-        assert use_tf32("cuda") is turned_on
-        assert torch.get_float32_matmul_precision() == ("high" if turned_on else "highest")
+        with tf32_matmuls("cpu") as on:
+            assert on is False and torch.get_float32_matmul_precision() == "highest"
+        with tf32_matmuls("cuda") as on:
+            assert on is turned_on
+            assert torch.get_float32_matmul_precision() == ("high" if turned_on else "highest")
+        assert torch.get_float32_matmul_precision() == "highest"
         assert ("matmuls in TF32" in precision_line("fp32", "cuda")) == turned_on
     finally:
         torch.set_float32_matmul_precision(before)

@@ -16,7 +16,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "history": ("History",),
     "lock": ("LOCK_NAME", "OWNER_SUFFIX", "RunLockedError", "RunLock"),
     "optimizer": ("param_groups",),
-    "precision": ("Precision", "PRECISIONS", "NATIVE_BF16", "native_bf16", "has_tf32", "use_tf32", "tf32_matmuls",
+    "precision": ("Precision", "PRECISIONS", "NATIVE_BF16", "native_bf16", "has_tf32", "tf32_matmuls",
                   "resolve_precision", "precision_line", "autocast", "loss_scaler"),
     "rng": ("rng_state", "set_rng_state", "seed_everything", "forked_rng"),
     "sampling": ("BatchSampler", "RandomBatchSampler", "length_grouped_batches", "LengthGroupedBatchSampler",

@@ -43,16 +43,6 @@ def has_tf32(device: torch.device | str) -> bool:
     return device.type == "cuda" and native_bf16(device)
 
 
-def use_tf32(device: torch.device | str) -> bool:
-    """Let fp32 matrix products run in TF32 where the GPU has it, for the rest of the process (a script that owns
-    its process; a Trainer uses tf32_matmuls). True where it was turned on; a CPU and an older GPU are left alone,
-    so their results stay bit for bit."""
-    if not has_tf32(device):
-        return False
-    torch.set_float32_matmul_precision("high")
-    return True
-
-
 @contextmanager
 def tf32_matmuls(device: torch.device | str) -> Iterator[bool]:
     """fp32 matrix products in TF32 (fp32's range with a 10-bit mantissa, on the tensor cores, as PyTorch

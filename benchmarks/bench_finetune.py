@@ -5,7 +5,7 @@ path comes from benchmarks/real_comments.py) when that folder is there, else the
 data/toxic_comments_sample.csv (the script says which). `rounds` buckets of `bucket_batches * batch_size`
 comments are drawn at random. In each round, every mode below trains on every comment of that round's bucket:
 
-    bertlib, grouped        bertlib.BertForSequenceClassification; bertlib.training.sampling.length_grouped_batches
+    bertlib, grouped        bertlib.BertForSequenceClassification; bertlib.training.batches.length_grouped_batches
                             (comments of similar length share a batch) and bertlib.finetuning.batching.PadCollator
                             (each batch padded to its longest comment): what bertlib.finetune does
     bertlib, random         the same model and collator on the transformers user's random batches: the
@@ -60,7 +60,7 @@ from bertlib import BertConfig, BertForSequenceClassification, hf
 from bertlib.data.files import sample_dir
 from bertlib.finetuning.batching import PadCollator
 from bertlib.text.fast_tokenizer import encode_texts, load_tokenizer
-from bertlib.training.sampling import length_grouped_batches
+from bertlib.training.batches import length_grouped_batches
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from real_comments import REAL_COMMENTS  # noqa: E402  (a sibling script, not a package)

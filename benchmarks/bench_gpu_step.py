@@ -7,7 +7,7 @@ packed batch with the same weights; then `python -m bertlib.pretrain` itself for
 tokens/s is set against bertlib's raw step, and whose "took" line says how well --minutes held; on a GPU the
 command runs under torch.cuda.set_sync_debug_mode("warn"), and the line after it counts the host syncs it warned
 of, beside the steps the run made and its logging steps (where the loop reads on purpose). Each figure is
-tokens per second over the timed steps, with the MFU it makes (bertlib.training.throughput: nanoGPT's estimate,
+tokens per second over the timed steps, with the MFU it makes (bertlib.throughput: nanoGPT's estimate,
 for the work each arm does: transformers' MLM head scores every position, bertlib's the prediction positions).
 Every arm trains with the same dropout (--dropout, 0.1 as BERT and the gpu recipe do).
 The last line is the ratios it measured.
@@ -35,9 +35,8 @@ from bench_pretrain_step import make_batch
 from bertlib import BertConfig, BertForPreTraining
 from bertlib.model.hf import load_hf_state_dict
 from bertlib.pretraining.mlm import prediction_positions
-from bertlib.training.precision import autocast, resolve_precision, tf32_matmuls
-from bertlib.training.throughput import bert_flops_per_token, mfu, peak_tflops
-from bertlib.training.update import fused_adamw_on_cpu
+from bertlib.throughput import bert_flops_per_token, mfu, peak_tflops
+from bertlib.training.hardware import autocast, fused_adamw_on_cpu, resolve_precision, tf32_matmuls
 
 
 def raw_step(model: torch.nn.Module, batch: dict[str, torch.Tensor], style: str, precision: str,

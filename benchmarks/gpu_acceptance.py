@@ -39,7 +39,7 @@ from bertlib.finetuning.gpu_cell import GpuFineTuneSettings, finetune_on_gpu
 from bertlib.finetuning.split import stratified_split
 from bertlib.model.hf import load_hf_state_dict
 from bertlib.pretraining.gpu_cell import GpuCellSettings, pretrain_on_gpu
-from bertlib.training.precision import autocast
+from bertlib.training.hardware import autocast
 
 BENCHMARKS = Path(__file__).resolve().parent
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}

@@ -23,7 +23,7 @@ from bertlib.pretraining.adapt import adapt_to_task
 from bertlib.text.cleaning import clean_text
 from bertlib.text.wordpiece import WordPieceTokenizer
 from bertlib.text.wordpiece_trainer import train_wordpiece
-from bertlib.training.checkpoint import atomic_write
+from bertlib.training.checkpoints import atomic_write
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

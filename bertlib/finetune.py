@@ -1,12 +1,12 @@
 """`python -m bertlib.finetune`: fine-tune a BERT checkpoint on toxic comments (the command: bertlib.finetuning.run).
 
 A thin entry, so the README's command stays `python -m bertlib.finetune` while the code lives with its notebook;
-it runs the command through bertlib.training.interrupt.run_command, so a Ctrl-C or SIGTERM at any moment is said.
+it runs the command through bertlib.command.run_command, so a Ctrl-C or SIGTERM at any moment is said.
 """
 
 import sys
 
-from bertlib.training.interrupt import run_command
+from bertlib.command import run_command
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,12 +1,12 @@
 """`python -m bertlib.pretrain`: pretrain BERT from a folder of documents (the command: bertlib.pretraining.cli).
 
 A thin entry, so the README's command stays `python -m bertlib.pretrain` while the code lives with its notebook;
-it runs the command through bertlib.training.interrupt.run_command, so a Ctrl-C or SIGTERM at any moment is said.
+it runs the command through bertlib.command.run_command, so a Ctrl-C or SIGTERM at any moment is said.
 """
 
 import sys
 
-from bertlib.training.interrupt import run_command
+from bertlib.command import run_command
 
 
 def main(argv: list[str] | None = None) -> int:

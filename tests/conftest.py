@@ -39,7 +39,7 @@ def benchmark_script(name: str) -> types.ModuleType:
 
 HOLD_LOCK = """
 import sys, time
-from bertlib.training.lock import RunLock
+from bertlib.training.checkpoints import RunLock
 RunLock(sys.argv[1]).acquire()
 print("holding", flush=True)
 time.sleep(120)

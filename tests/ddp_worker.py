@@ -20,10 +20,10 @@ import torch.distributed as dist
 
 import bertlib
 from bertlib import BertConfig, BertForPreTraining, BertForSequenceClassification
+from bertlib.training.budget import Deadline
 from bertlib.training.config import TrainingConfig
-from bertlib.training.deadline import Deadline
+from bertlib.training.hardware import fused_adamw_on_cpu
 from bertlib.training.trainer import Trainer
-from bertlib.training.update import fused_adamw_on_cpu
 
 VOCAB = 100
 MASK_ID = 4  # ids 0-4 play [PAD] [UNK] [CLS] [SEP] [MASK]
@@ -39,7 +39,7 @@ def tiny_config(dropout: bool = False) -> BertConfig:
 
 def needs_fused_cpu_adamw(test: Callable) -> Callable:
     """Skip a test about reads on logging steps only where a CPU has no fused AdamW (before torch 2.4): there the
-    loop reads the device each step, by design (bertlib.training.update)."""
+    loop reads the device each step, by design (bertlib.training.trainer)."""
     import pytest
 
     return pytest.mark.skipif(not fused_adamw_on_cpu(), reason="before torch 2.4 a CPU has no fused AdamW: the "
@@ -121,15 +121,15 @@ MLM_SETTINGS = dict(max_steps=2, lr=1e-3, warmup_steps=0, shuffle=False, log_eve
 
 
 BERTLIB = Path(bertlib.__file__).resolve().parent
-HOST_SIDE = {BERTLIB / "training" / name for name in ("batches.py", "sampling.py")}
-"""The batch work on the CPU: collating, counting a collated batch's targets, drawing indices, moving it over."""
-DEVICE_SIDE = {(BERTLIB / "training" / "batches.py", name) for name in ("loss_terms", "metric_count_key")}
-"""What batches.py does with the model's output, on the device: a read there is a wait, as anywhere else."""
+HOST_SIDE = {(BERTLIB / "training" / "batches.py", name) for name in (
+    "__iter__", "length_grouped_batches", "sequential_batches", "prepare_samplers", "evaluation_order", "seek",
+    "take", "_keys", "_collated", "__getitem__", "target_counts", "_batch_size_of", "_token_count", "to_device")}
+"""The batch work on the CPU, function by function (drawing indices, collating, counting a collated batch's
+targets, moving it over): a read in any other function of bertlib, batches.py's loss_terms included, is a wait."""
 
 
 def _host_side(frame: Any) -> bool:
-    where = Path(frame.f_code.co_filename)
-    return where in HOST_SIDE and (where, frame.f_code.co_name) not in DEVICE_SIDE
+    return (Path(frame.f_code.co_filename), frame.f_code.co_name) in HOST_SIDE
 
 
 # What brings a value to the host. (Tensor.to(device) is left out: on a CPU every tensor is already there.)
@@ -160,7 +160,7 @@ def device_reads(trainer: Trainer | Callable[[], int]) -> Iterator[list[int]]:
             frame = frame.f_back  # torch's own frames, called from bertlib, count as bertlib's read
         first = frame
         while frame is not None and not _host_side(frame):
-            frame = frame.f_back  # collating a batch (called from batches.py) is host work
+            frame = frame.f_back  # collating a batch (called from batches.py's batch work) is host work
         if first is not None and frame is None:
             reads.append(step())
 

@@ -15,8 +15,8 @@ from bertlib.finetuning.recipe import training_parts
 from bertlib.pretraining.adapt import adapt_to_task, adapted_start
 from bertlib.pretraining.mlm import MaskingCollator
 from bertlib.text.wordpiece import WordPieceTokenizer
-from bertlib.training.optimizer import param_groups
-from bertlib.training.update import adamw
+from bertlib.training.hardware import adamw
+from bertlib.training.trainer import param_groups
 
 WORDS = ["you", "are", "a", "good", "kind", "editor", "idiot", "stupid", "page", "the", "talk", "thanks", "for",
          "edit", "please", "stop", "this", "is", "wrong", "source"]

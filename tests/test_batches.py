@@ -12,11 +12,12 @@ from bertlib.model.bert import ClassifierOutput, PreTrainingOutput
 from bertlib.training.batches import (
     BatchStream,
     HeldOutBatches,
+    RandomBatchSampler,
     loss_terms,
+    sequential_batches,
     target_counts,
     to_device,
 )
-from bertlib.training.sampling import RandomBatchSampler, sequential_batches
 
 
 def masks(batches: list[dict[str, torch.Tensor]]) -> list[torch.Tensor]:

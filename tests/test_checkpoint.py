@@ -11,10 +11,12 @@ import pytest
 import torch
 
 from bertlib.basics import atomic_write
-from bertlib.training import devices
-from bertlib.training.checkpoint import (
+from bertlib.training import hardware
+from bertlib.training.checkpoints import (
     CheckpointError,
     OutDirError,
+    RunLock,
+    RunLockedError,
     check_out_dir,
     checkpoint_step,
     latest_checkpoint,
@@ -25,7 +27,6 @@ from bertlib.training.checkpoint import (
     remove_orphaned_temp_files,
     save_checkpoint,
 )
-from bertlib.training.lock import RunLock, RunLockedError
 from conftest import lock_held_elsewhere
 
 
@@ -158,7 +159,7 @@ def test_orphaned_temp_files_of_dead_processes_are_removed(tmp_path):
 def test_a_second_process_cannot_take_a_held_lock_until_it_is_released(tmp_path):
     with RunLock(tmp_path):
         RunLock(tmp_path).acquire().release()  # the same process may (a notebook's second Trainer)
-        take = subprocess.run([sys.executable, "-c", f"from bertlib.training.lock import RunLock; "
+        take = subprocess.run([sys.executable, "-c", f"from bertlib.training.checkpoints import RunLock; "
                                f"RunLock({str(tmp_path)!r}).acquire()"], capture_output=True, text=True)
         assert take.returncode != 0
         assert "RunLockedError" in take.stderr and f"in use by process {os.getpid()} (" in take.stderr
@@ -189,28 +190,28 @@ def test_pick_device_puts_each_torchrun_process_on_its_own_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     monkeypatch.setenv("LOCAL_RANK", "2")
     monkeypatch.setenv("WORLD_SIZE", "4")
-    assert devices.pick_device("cuda") == torch.device("cuda", 2)  # not cuda:0 for every process
-    assert devices.pick_device() == torch.device("cuda", 2)
-    assert devices.pick_device("cuda:1") == torch.device("cuda", 1)
+    assert hardware.pick_device("cuda") == torch.device("cuda", 2)  # not cuda:0 for every process
+    assert hardware.pick_device() == torch.device("cuda", 2)
+    assert hardware.pick_device("cuda:1") == torch.device("cuda", 1)
     with pytest.raises(ValueError, match="does not exist"):
-        devices.pick_device("cuda:7")
+        hardware.pick_device("cuda:7")
 
 
 def test_pick_device_without_a_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
-    assert devices.pick_device() == torch.device("cpu")
+    assert hardware.pick_device() == torch.device("cpu")
     with pytest.raises(ValueError, match="no CUDA GPU"):
-        devices.pick_device("cuda")
+        hardware.pick_device("cuda")
     with pytest.raises(ValueError, match="unknown device"):
-        devices.pick_device("gpu0")
+        hardware.pick_device("gpu0")
 
 
 # Takes the lock on argv[1] once argv[2] exists, holds it 2 s, then exits.
 RACE_CHILD = """
 import sys, time
 from pathlib import Path
-from bertlib.training.lock import RunLock, RunLockedError
+from bertlib.training.checkpoints import RunLock, RunLockedError
 folder, go = sys.argv[1], Path(sys.argv[2])
 print("ready", flush=True)
 deadline = time.monotonic() + 30

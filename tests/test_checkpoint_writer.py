@@ -1,4 +1,4 @@
-"""bertlib.training.checkpoint_writer: a checkpoint written in the background from a copy, its error kept apart."""
+"""bertlib.training.checkpoints: a checkpoint written in the background from a copy, its error kept apart."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import time
 import pytest
 import torch
 
-from bertlib.training import checkpoint
-from bertlib.training.checkpoint_writer import CheckpointWriter
+from bertlib.training import checkpoints
+from bertlib.training.checkpoints import CheckpointWriter
 
 
 def state(step: int, weight: torch.Tensor) -> dict:
@@ -19,20 +19,20 @@ def state(step: int, weight: torch.Tensor) -> dict:
 
 
 def test_the_write_runs_in_the_background_from_a_copy_of_the_state(tmp_path, monkeypatch):
-    real_save, release = checkpoint.save_checkpoint, threading.Event()
+    real_save, release = checkpoints.save_checkpoint, threading.Event()
 
     def slow_disk(saved, path):
         assert release.wait(timeout=60)
         real_save(saved, path)
 
-    monkeypatch.setattr(checkpoint, "save_checkpoint", slow_disk)
+    monkeypatch.setattr(checkpoints, "save_checkpoint", slow_disk)
     writer, weight = CheckpointWriter(keep=2), torch.zeros(3)
     writer.start(state(1, weight), tmp_path / "checkpoint-1.pt")  # returns while the write waits
     weight += 1  # the optimizer goes on updating the live tensor
     assert not (tmp_path / "checkpoint-1.pt").exists()
     release.set()
     writer.finish()
-    assert torch.equal(checkpoint.load_checkpoint(tmp_path / "checkpoint-1.pt")["model"]["weight"], torch.zeros(3))
+    assert torch.equal(checkpoints.load_checkpoint(tmp_path / "checkpoint-1.pt")["model"]["weight"], torch.zeros(3))
     assert writer._pinned == {}  # CPU tensors are cloned: no page-locked buffers
 
 
@@ -51,15 +51,15 @@ def test_a_failed_write_is_raised_once_where_the_caller_asks(tmp_path, monkeypat
         writer.start(state(3, torch.zeros(3)), tmp_path / "checkpoint-3.pt")  # the previous write's error first
     monkeypatch.undo()
     writer.finish()
-    assert checkpoint.list_checkpoints(tmp_path) == []
+    assert checkpoints.list_checkpoints(tmp_path) == []
 
 
 def test_each_write_prunes_to_the_newest_checkpoints_of_the_run(tmp_path):
     writer = CheckpointWriter(keep=2)
     for step in (1, 2, 3):
-        writer.start(state(step, torch.zeros(1)), tmp_path / checkpoint.checkpoint_name(step))
+        writer.start(state(step, torch.zeros(1)), tmp_path / checkpoints.checkpoint_name(step))
     writer.finish()
-    assert [path.name for path in checkpoint.list_checkpoints(tmp_path)] == ["checkpoint-2.pt", "checkpoint-3.pt"]
+    assert [path.name for path in checkpoints.list_checkpoints(tmp_path)] == ["checkpoint-2.pt", "checkpoint-3.pt"]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: pinned buffers and a CUDA event")
@@ -67,7 +67,7 @@ def test_on_a_gpu_each_write_holds_its_steps_values_from_buffers_made_once(tmp_p
     writer, weight, expected = CheckpointWriter(keep=3), torch.zeros(2048, 2048, device="cuda"), []
     for step in (1, 2, 3):
         expected.append(weight.cpu())
-        writer.start(state(step, weight), tmp_path / checkpoint.checkpoint_name(step))  # returns before the copy ends
+        writer.start(state(step, weight), tmp_path / checkpoints.checkpoint_name(step))  # returns before the copy ends
         for _ in range(20):  # the updates that follow, queued behind the copy
             weight.add_(1.0).mul_(1.001)
         if step == 1:
@@ -75,14 +75,14 @@ def test_on_a_gpu_each_write_holds_its_steps_values_from_buffers_made_once(tmp_p
     writer.finish()
     assert buffer.is_pinned() and writer._pinned[("model", "weight")] is buffer
     for step, values in enumerate(expected, start=1):
-        saved = checkpoint.load_checkpoint(tmp_path / checkpoint.checkpoint_name(step))["model"]["weight"]
+        saved = checkpoints.load_checkpoint(tmp_path / checkpoints.checkpoint_name(step))["model"]["weight"]
         assert torch.equal(saved, values), step
 
 
 def test_a_ctrl_c_while_waiting_for_a_write_lets_the_file_be_whole_then_stops(tmp_path, monkeypatch, capsys):
     """A second Ctrl-C during the last checkpoint's write used to cut the wait short: the process went down under
     the writer thread, leaving a temp file (and, now and then, an abort). The wait goes on, then the Ctrl-C."""
-    real_save, main, joining = checkpoint.save_checkpoint, threading.main_thread().ident, threading.Event()
+    real_save, main, joining = checkpoints.save_checkpoint, threading.main_thread().ident, threading.Event()
 
     def ctrl_c_mid_write(saved, path):
         assert joining.wait(timeout=60)  # the training thread is in finish(), waiting for this one
@@ -90,7 +90,7 @@ def test_a_ctrl_c_while_waiting_for_a_write_lets_the_file_be_whole_then_stops(tm
         time.sleep(0.2)  # the write goes on after the Ctrl-C
         real_save(saved, path)
 
-    monkeypatch.setattr(checkpoint, "save_checkpoint", ctrl_c_mid_write)
+    monkeypatch.setattr(checkpoints, "save_checkpoint", ctrl_c_mid_write)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
     try:
         writer = CheckpointWriter(keep=2)
@@ -106,6 +106,6 @@ def test_a_ctrl_c_while_waiting_for_a_write_lets_the_file_be_whole_then_stops(tm
             writer.finish()
     finally:
         signal.signal(signal.SIGINT, previous)
-    assert torch.equal(checkpoint.load_checkpoint(tmp_path / "checkpoint-3.pt")["model"]["weight"], torch.ones(2))
+    assert torch.equal(checkpoints.load_checkpoint(tmp_path / "checkpoint-3.pt")["model"]["weight"], torch.ones(2))
     assert sorted(path.name for path in tmp_path.iterdir()) == ["checkpoint-3.pt"]  # no temp file left
     assert "still writing checkpoint-3.pt (a few seconds), then stopping" in capsys.readouterr().err

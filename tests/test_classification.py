@@ -45,7 +45,7 @@ from bertlib.finetuning.run import main as finetune_main
 from bertlib.finetuning.run import training_config
 from bertlib.finetuning.split import prepare_comments, stratified_split
 from bertlib.text.fast_tokenizer import encode_texts, load_tokenizer
-from bertlib.training.sampling import LengthGroupedBatchSampler, length_grouped_batches
+from bertlib.training.batches import LengthGroupedBatchSampler, length_grouped_batches
 from conftest import tiny_checkpoint_folder
 
 WORDS = ["good", "nice", "thanks", "article", "source", "page", "edit", "idiot", "stupid", "moron", "you", "are",

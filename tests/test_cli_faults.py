@@ -264,7 +264,7 @@ def test_finetune_data_too_small_for_one_random_batch_is_one_line(tiny_checkpoin
 @pytest.mark.parametrize("error", ["value", "nonfinite", "locked", "ctrl-c", "ctrl-c-outside-training"])
 def test_finetune_main_turns_every_refusal_into_one_line(tmp_path, capsys, monkeypatch, error):
     from bertlib.finetuning import run as module
-    from bertlib.training.lock import RunLockedError
+    from bertlib.training.checkpoints import RunLockedError
     from bertlib.training.trainer import NonFiniteLossError
 
     raised = {"value": ValueError("a bad thing"), "nonfinite": NonFiniteLossError("loss is nan at step 3"),
@@ -478,7 +478,7 @@ def test_a_folder_remounted_read_only_mid_run_is_one_line_naming_the_intact_chec
                                                                                        capsys, monkeypatch):
     """The file system under --out turning read-only (a remount) ended in three chained tracebacks: the failed save,
     then the temp file's removal and the lock's release, each raising inside the handler of the one before."""
-    from bertlib.training import checkpoint
+    from bertlib.training import checkpoints
 
     run, real_save = tmp_path / "run", torch.save
     state = {"read_only": False}
@@ -503,7 +503,7 @@ def test_a_folder_remounted_read_only_mid_run_is_one_line_naming_the_intact_chec
 
     monkeypatch.setattr(torch, "save", save)
     monkeypatch.setattr(type(run), "unlink", unlink)
-    monkeypatch.setattr(checkpoint.os, "statvfs", statvfs)
+    monkeypatch.setattr(checkpoints.os, "statvfs", statvfs)
     with pytest.raises(SystemExit) as stopped:
         pretrain(corpus, vocab, run, "--steps", "4", "--checkpoint-every", "2")
     line = str(stopped.value)
@@ -516,12 +516,12 @@ def test_a_disk_that_fills_after_the_run_diverged_says_both(corpus, vocab, tmp_p
     """--lr 1e9 into a nearly full folder said only that the disk was full: the user freed space, ran again, and
     only then learnt that the run had diverged."""
     from bertlib.basics import DiskFullError
-    from bertlib.training import checkpoint
+    from bertlib.training import checkpoints
 
     def full(state, path):
-        raise checkpoint._disk_full_error(path, OSError(28, "No space left on device"))
+        raise checkpoints._disk_full_error(path, OSError(28, "No space left on device"))
 
-    monkeypatch.setattr(checkpoint, "save_checkpoint", full)
+    monkeypatch.setattr(checkpoints, "save_checkpoint", full)
     with pytest.raises(SystemExit) as stopped:
         pretrain(corpus, vocab, tmp_path / "run", "--steps", "6", "--checkpoint-every", "1", "--log-every", "6",
                  "--lr", "1e9")

@@ -1,4 +1,4 @@
-"""bertlib.training.compiling and the compiled path: on by default on CUDA GPUs that support it, static graphs
+"""bertlib.training.hardware and the compiled path: on by default on CUDA GPUs that support it, static graphs
 for a few bucket widths with length grouping kept, an eager fallback, and a probe that reserves the compiling.
 
 torch.compile runs here with stand-in backends that torch.compile hands each graph to (as inductor gets it on a
@@ -14,10 +14,10 @@ import pytest
 import torch
 from ddp_worker import classification_data, classifier, stack
 
-from bertlib.training import Trainer, TrainingConfig, compiling, time_budget
-from bertlib.training.compiling import CompiledOrEager, choose_compile
-from bertlib.training.deadline import Deadline
-from bertlib.training.time_budget import fit_steps_to_budget
+from bertlib.training import Trainer, TrainingConfig, hardware, probe
+from bertlib.training.budget import Deadline
+from bertlib.training.hardware import CompiledOrEager, choose_compile
+from bertlib.training.probe import fit_steps_to_budget
 
 REAL_COMPILE = torch.compile
 
@@ -144,7 +144,7 @@ def test_the_probe_reserves_its_compiling_in_the_budget_where_the_run_would_comp
     clock, graphs = FakeClock(), []
     compile_with(monkeypatch, counting(graphs, on_compile=lambda: clock.advance(30.0),
                                        on_run=lambda: clock.advance(0.5)))
-    monkeypatch.setattr(time_budget, "_reuses_graphs", lambda *args: False)  # as in another process
+    monkeypatch.setattr(probe, "_reuses_graphs", lambda *args: False)  # as in another process
     budget = fit_steps_to_budget(classifier(), quiet(compile=True), classification_data(16), stack, seconds=60,
                                  probe_steps=4, clock=clock)  # every batch of one shape: one graph
     assert len(graphs) == 1 and budget.seconds_per_step == pytest.approx(0.5)
@@ -176,7 +176,7 @@ def test_a_probe_whose_compile_fails_says_so_and_reserves_nothing(monkeypatch, c
 
 
 def test_the_widths_bound_the_graphs_and_dynamo_s_limit_is_put_back_after_each_call(monkeypatch):
-    assert compiling.graph_bound((32, 64, 96, 128)) == 32 and compiling.graph_bound(None) == compiling.GRAPHS
+    assert hardware.graph_bound((32, 64, 96, 128)) == 32 and hardware.graph_bound(None) == hardware.GRAPHS
     seen = []
     limits = torch._dynamo.config
     name = "recompile_limit" if hasattr(limits, "recompile_limit") else "cache_size_limit"

@@ -16,7 +16,7 @@ import pytest
 from bertlib import data
 from bertlib.course import runner
 from bertlib.course import session as course
-from bertlib.training import rng
+from bertlib.training import batches
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -119,7 +119,7 @@ def hosted(tmp_path, monkeypatch):
                        ("KAGGLE_ARTIFACTS", tmp_path / "kaggle" / "working" / "artifacts"),
                        ("KAGGLE_INPUT", tmp_path / "kaggle" / "input")]:
         monkeypatch.setattr(course, name, path)
-    monkeypatch.setattr(rng, "seed_everything", lambda seed: None)
+    monkeypatch.setattr(batches, "seed_everything", lambda seed: None)
     monkeypatch.setattr(course, "data_summary", lambda: "data: (not asked)")
     monkeypatch.syspath_prepend(str(STANDIN_COLAB))
     monkeypatch.setenv("STANDIN_DRIVE", str(tmp_path / "google-drive"))
@@ -187,7 +187,7 @@ def test_the_readme_shows_the_artifacts_line_the_setup_cell_prints_in_a_checkout
     on_host(monkeypatch, "local")
     monkeypatch.delenv("BERTLIB_ARTIFACTS", raising=False)
     monkeypatch.setattr(course, "SMOKE", False)
-    monkeypatch.setattr(rng, "seed_everything", lambda seed: None)
+    monkeypatch.setattr(batches, "seed_everything", lambda seed: None)
     monkeypatch.setattr(course, "data_summary", lambda: "data: (not asked)")
     course.setup()
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("artifacts:"))

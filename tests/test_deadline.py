@@ -1,4 +1,4 @@
-"""bertlib.training.deadline: a time-budgeted run re-fits its last step to the speed it measures, without a jump in
+"""bertlib.training.budget: a time-budgeted run re-fits its last step to the speed it measures, without a jump in
 the learning rate, and a resume goes on with the checkpoint's count, clock and schedule. The clock is a fake one
 that the batches advance, so the tests say what happens to a machine that slows down without timing anything."""
 
@@ -10,11 +10,10 @@ import numpy as np
 import pytest
 from ddp_worker import classification_data, classifier, stack
 
-from bertlib.training import checkpoint
-from bertlib.training.checkpoint_writer import CheckpointWriter
+from bertlib.training import checkpoints
+from bertlib.training.budget import Deadline, Relaid, linear_warmup_decay, steps_that_fit
+from bertlib.training.checkpoints import CheckpointWriter
 from bertlib.training.config import TrainingConfig
-from bertlib.training.deadline import Deadline, steps_that_fit
-from bertlib.training.schedule import Relaid, linear_warmup_decay
 from bertlib.training.trainer import Trainer
 
 
@@ -194,13 +193,13 @@ def test_a_resumed_run_goes_on_with_the_checkpoint_s_last_step_clock_and_schedul
                     deadline=Deadline(10, clock=late, window=0.5))
     first.train(stop_at=40)  # saves checkpoint-40 and stops (a Ctrl-C would too)
     first.close()
-    assert first.max_steps < 100 and first._relaid is not None
+    assert first.max_steps < 100 and first.budget.relaid is not None
     spent = first.deadline.state()["spent"]
 
     again = Trainer(classifier(), config(out_dir=tmp_path, log_every=1), classification_data(64), late.collate,
                     deadline=Deadline(10, clock=late, window=0.5))
     again.train(stop_at=0)  # resume only
-    assert (again.step, again.max_steps, again._relaid) == (40, first.max_steps, first._relaid)
+    assert (again.step, again.max_steps, again.budget.relaid) == (40, first.max_steps, first.budget.relaid)
     assert again.deadline.spent == pytest.approx(spent)
     assert again.optimizer.param_groups[0]["lr"] == pytest.approx(first.optimizer.param_groups[0]["lr"])
     again.close()
@@ -215,7 +214,7 @@ def test_a_budgeted_run_resumed_without_a_budget_goes_on_at_the_rate_it_stopped_
     first.train(stop_at=40)
     first.close()
     stopped_at = first.optimizer.param_groups[0]["lr"]
-    assert first._relaid is not None and stopped_at > 0
+    assert first.budget.relaid is not None and stopped_at > 0
     total = first.max_steps if steps == "as budgeted" else steps
     again = Trainer(classifier(), config(out_dir=tmp_path, log_every=1, max_steps=total), classification_data(64),
                     late.collate)
@@ -229,6 +228,26 @@ def test_a_budgeted_run_resumed_without_a_budget_goes_on_at_the_rate_it_stopped_
     again.close()
 
 
+def test_a_budgeted_run_resumed_twice_without_a_budget_stays_on_its_line(tmp_path):
+    """The re-laid schedule was saved only beside a deadline: a second resume without one went back to the plain
+    schedule, whose rate at step 60 of 100 is above the line the first resume laid."""
+    late = SlowingMachine(0.1, 0.3, slows_after=20)
+    first = Trainer(classifier(), config(out_dir=tmp_path, log_every=1), classification_data(64), late.collate,
+                    deadline=Deadline(10, clock=late, window=0.5))
+    first.train(stop_at=40)
+    first.close()
+    unbudgeted = config(out_dir=tmp_path, log_every=1, max_steps=100)
+    second = Trainer(classifier(), unbudgeted, classification_data(64), late.collate)
+    second.train(stop_at=60)
+    second.close()
+    line = second.optimizer.param_groups[0]["lr"]
+    third = Trainer(classifier(), unbudgeted, classification_data(64), late.collate)
+    third.train(stop_at=0)  # resume only
+    assert third.optimizer.param_groups[0]["lr"] == pytest.approx(line)
+    assert third.budget.multiplier(80, 100) == pytest.approx(second.budget.multiplier(80, 100))  # the same line
+    third.close()
+
+
 class WritingMachine(SlowingMachine):
     """A SlowingMachine whose checkpoint writes take `write` seconds of its clock on the writer's thread while the
     training steps go on; where the training thread waits for a write (the last checkpoint), the clock idles on to
@@ -239,7 +258,7 @@ class WritingMachine(SlowingMachine):
         self.write, self.waiting = write, False
 
     def install(self, monkeypatch) -> None:
-        real_wait, real_save = CheckpointWriter.wait, checkpoint.save_checkpoint
+        real_wait, real_save = CheckpointWriter.wait, checkpoints.save_checkpoint
 
         def save(state, path):  # on the writer's thread
             ends_at = self.now + self.write
@@ -257,7 +276,7 @@ class WritingMachine(SlowingMachine):
                 self.waiting = False
 
         monkeypatch.setattr(CheckpointWriter, "wait", wait)
-        monkeypatch.setattr(checkpoint, "save_checkpoint", save)
+        monkeypatch.setattr(checkpoints, "save_checkpoint", save)
 
 
 @pytest.mark.parametrize("checkpoint_every", [None, 20])

@@ -11,8 +11,8 @@ from test_compiling import compile_with, counting, failing
 
 from bertlib.finetuning.gpu_cell import STEPS_FILE, GpuFineTuneSettings, finetune_on_gpu
 from bertlib.training import precision_line
-from bertlib.training.checkpoint import checkpoint_step, list_checkpoints
-from bertlib.training.sampling import bucket_widths
+from bertlib.training.batches import bucket_widths
+from bertlib.training.checkpoints import checkpoint_step, list_checkpoints
 from conftest import tiny_checkpoint_folder
 
 KIND, RUDE = ["good", "nice", "thanks", "article", "page", "the"], ["idiot", "stupid", "kill"]

@@ -12,7 +12,7 @@ from bertlib.model import hf
 from bertlib.model.bert import BertForPreTraining
 from bertlib.pretraining.gpu_cell import STEPS_FILE, GpuCellSettings, pretrain_on_gpu
 from bertlib.training import precision_line
-from bertlib.training.checkpoint import checkpoint_step, list_checkpoints
+from bertlib.training.checkpoints import checkpoint_step, list_checkpoints
 
 
 def settings(tmp_path):

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from bertlib.training.gpu_plan import GIB, plan_for, plan_for_device
+from bertlib.pretraining.gpu_plan import GIB, plan_for, plan_for_device
 
 
 def gpu(name, memory_gb, major, minor):
@@ -45,9 +45,9 @@ def test_a_device_that_is_not_cuda_is_refused_with_a_line_that_says_why():
 def test_the_gpu_recipe_of_the_pretraining_command_follows_the_gpu_and_says_why(properties, preset, monkeypatch):
     from bertlib.pretraining import run
     from bertlib.pretraining.cli import _parser
-    from bertlib.training import devices
+    from bertlib.training import hardware
 
-    monkeypatch.setattr(devices, "pick_device", lambda requested=None: torch.device("cuda", 0))
+    monkeypatch.setattr(hardware, "pick_device", lambda requested=None: torch.device("cuda", 0))
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: properties)
     args = _parser().parse_args(["--corpus", "sample", "--out", "run"])
     line = run.apply_recipe(args)

@@ -22,15 +22,19 @@ BELOW = {
     "model": {"basics"},
     "training": {"basics"},
     "data": {"basics", "text"},
-    "pretraining": {"basics", "text", "model", "training", "data"},
-    "finetuning": {"basics", "text", "model", "training", "data"},
-    "course": {"basics", "text", "model", "training", "data", "pretraining", "finetuning"},
-    "exercises": {"basics", "text", "model", "training", "data", "pretraining", "finetuning", "course"},
-    "pretrain": {"pretraining", "training"},  # training.interrupt runs the command, so that a stop is always said
-    "finetune": {"finetuning", "training"},
+    "pretraining": {"basics", "text", "model", "training", "data", "throughput", "command"},
+    "finetuning": {"basics", "text", "model", "training", "data", "throughput", "command"},
+    "course": {"basics", "text", "model", "training", "data", "throughput", "command", "pretraining", "finetuning"},
+    "exercises": {"basics", "text", "model", "training", "data", "throughput", "command", "pretraining", "finetuning",
+                  "course"},
+    "throughput": set(),
+    "command": set(),
+    "pretrain": {"pretraining", "command"},  # the command runner says every stop, from before torch loads
+    "finetune": {"finetuning", "command"},
     "predict": {"finetuning"},
 }
-"""The layers each layer may import: a subpackage, or a top-level module (basics, the three thin entries).
+"""The layers each layer may import: a subpackage, or a top-level module (basics, throughput, command, the three
+thin entries).
 
 course, the notebooks' plumbing, sits above every library layer; exercises sits above course, since the
 learner's kept pieces go to the course's artifacts folder."""
@@ -99,6 +103,19 @@ def test_imports_point_down_the_layers(module):
     upward = sorted(target for target in GRAPH[module]
                     if layer(module) is not None and layer(target) not in {None, layer(module), *BELOW[layer(module)]})
     assert not upward, f"{module} imports {upward}: {layer(module)} may import only {sorted(BELOW[layer(module)])}"
+
+
+TRAINING = ("config", "hardware", "batches", "checkpoints", "budget", "trainer", "probe")
+"""bertlib.training's modules in the order its docstring gives: each may import only those before it."""
+
+
+def test_the_training_modules_import_only_those_above_them():
+    assert {module for module in MODULES if module.startswith("bertlib.training.")} == {
+        f"bertlib.training.{name}" for name in TRAINING}
+    for position, name in enumerate(TRAINING):
+        imported = {target.rpartition(".")[2] for target in GRAPH[f"bertlib.training.{name}"]
+                    if target.startswith("bertlib.training.")}
+        assert imported <= set(TRAINING[:position]), f"bertlib.training.{name} imports {sorted(imported)}"
 
 
 def test_no_import_cycles():

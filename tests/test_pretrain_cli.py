@@ -14,10 +14,10 @@ from bertlib.pretraining import cli as pretrain
 from bertlib.pretraining import run as pretraining_run
 from bertlib.text.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
 from bertlib.text.wordpiece_trainer import train_wordpiece
-from bertlib.training import time_budget
-from bertlib.training.checkpoint import list_checkpoints, load_checkpoint
-from bertlib.training.deadline import Deadline
-from bertlib.training.history import History
+from bertlib.training import probe
+from bertlib.training.budget import Deadline
+from bertlib.training.checkpoints import list_checkpoints, load_checkpoint
+from bertlib.training.trainer import History
 
 TOPICS = ["river", "garden", "engine", "market", "winter", "library", "harbor", "forest"]
 
@@ -165,9 +165,9 @@ def probe_says(monkeypatch, seconds_per_step: float) -> list[int]:
 
     def fake(model, config, train, collate, probe_steps, *rest):
         probes.append(probe_steps)
-        return time_budget._Probed(seconds_per_step, 0.0, 0.0, 0.0, None)  # evaluations, checkpoints, compiling free
+        return probe._Probed(seconds_per_step, 0.0, 0.0, 0.0, None)  # evaluations, checkpoints, compiling free
 
-    monkeypatch.setattr(time_budget, "_probe", fake)
+    monkeypatch.setattr(probe, "_probe", fake)
     return probes
 
 

@@ -425,7 +425,7 @@ def test_the_flops_of_a_run_are_its_tokens_at_the_per_token_count_of_its_model_a
     import json
 
     from bertlib.pretraining import pretraining_flops
-    from bertlib.training.throughput import bert_flops_per_token
+    from bertlib.throughput import bert_flops_per_token
 
     record = json.loads((sample_dir() / "long_cpu_run" / "run.json").read_text())
     config = BertConfig.from_dict(record["model_config"])

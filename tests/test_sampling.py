@@ -1,4 +1,4 @@
-"""bertlib.training.sampling: random and length-grouped batches, sharded over processes without padding or repeats."""
+"""bertlib.training.batches: random and length-grouped batches, sharded over processes without padding or repeats."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertlib.training.sampling import (
+from bertlib.training.batches import (
     BatchSampler,
     LengthGroupedBatchSampler,
     RandomBatchSampler,

@@ -1,4 +1,4 @@
-"""bertlib.training.step_log: numbers kept on the device until a read, bad steps found there, windows averaged."""
+"""bertlib.training.trainer: numbers kept on the device until a read, bad steps found there, windows averaged."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from bertlib.training.step_log import StepLog
+from bertlib.training.trainer import StepLog
 
 CPU = torch.device("cpu")
 

@@ -6,9 +6,8 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from bertlib import BertConfig, BertForPreTraining
-from bertlib.training import throughput
-from bertlib.training.throughput import bert_flops_per_token, mfu, peak_tflops
+from bertlib import BertConfig, BertForPreTraining, throughput
+from bertlib.throughput import bert_flops_per_token, mfu, peak_tflops
 
 
 @pytest.mark.parametrize("preset", ["tiny", "mini"])

@@ -1,4 +1,4 @@
-"""bertlib.training.time_budget: the step count follows the probe's timing; the probe leaves model and RNGs alone."""
+"""bertlib.training.probe: the step count follows the probe's timing; the probe leaves model and RNGs alone."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 import torch
 from ddp_worker import classification_data, classifier, stack
 
-from bertlib.training import time_budget
+from bertlib.training import probe
+from bertlib.training.batches import RandomBatchSampler
 from bertlib.training.config import TrainingConfig
-from bertlib.training.sampling import RandomBatchSampler
-from bertlib.training.time_budget import StepBudget, fit_steps_to_budget, steps_in_budget, time_steps
+from bertlib.training.probe import StepBudget, fit_steps_to_budget, steps_in_budget, time_steps
 
 
 def config(**changes) -> TrainingConfig:
@@ -28,9 +28,9 @@ def ticking(seconds_per_call: float):
     return lambda: next(counter) * seconds_per_call
 
 
-def probed(per_step: float, compiling: float = 0.0) -> time_budget._Probed:
+def probed(per_step: float, compiling: float = 0.0) -> probe._Probed:
     """What a probe of the tiny classifier measured: `per_step` s per step, no eval set or out_dir."""
-    return time_budget._Probed(per_step, 0.0, 0.0, compiling, None)
+    return probe._Probed(per_step, 0.0, 0.0, compiling, None)
 
 
 def test_steps_in_budget_is_the_floor_within_the_bounds():
@@ -54,21 +54,21 @@ def test_the_probe_reads_the_clock_around_the_timed_steps_only():
 def test_the_chosen_steps_follow_the_probe(monkeypatch):
     model, data = classifier(), classification_data(8)
     for per_step in (0.01, 0.5, 0.7, 2.0):
-        monkeypatch.setattr(time_budget, "_probe", lambda *args, seconds=per_step, **kwargs: probed(seconds))
+        monkeypatch.setattr(probe, "_probe", lambda *args, seconds=per_step, **kwargs: probed(seconds))
         budget = fit_steps_to_budget(model, config(), data, stack, seconds=60)
         assert budget.seconds_per_step == per_step
         assert budget.steps == math.floor(60 / per_step + 1e-9)
         assert budget.steps * per_step <= 60 < (budget.steps + 1) * per_step
-    monkeypatch.setattr(time_budget, "_probe", lambda *args, **kwargs: probed(0.01))
+    monkeypatch.setattr(probe, "_probe", lambda *args, **kwargs: probed(0.01))
     capped = fit_steps_to_budget(model, config(), data, stack, seconds=60, maximum=50)
     assert capped.steps == 50 and "at most 50" in capped.line()
-    monkeypatch.setattr(time_budget, "_probe", lambda *args, **kwargs: probed(10.0))
+    monkeypatch.setattr(probe, "_probe", lambda *args, **kwargs: probed(10.0))
     floor = fit_steps_to_budget(model, config(), data, stack, seconds=30, minimum=7)  # 70 s: under 3x the 30
     assert floor.steps == 7 and floor.line().endswith("-> 7 steps (at least 7)")
 
 
 def test_a_floor_far_past_its_budget_is_lowered_to_three_budgets_and_says_so(monkeypatch):
-    monkeypatch.setattr(time_budget, "_probe", lambda *args, **kwargs: probed(10.0))
+    monkeypatch.setattr(probe, "_probe", lambda *args, **kwargs: probed(10.0))
     slow = fit_steps_to_budget(classifier(), config(), classification_data(8), stack, seconds=30, minimum=2_000)
     assert slow.minimum == 9 and slow.steps == 9  # 90 s: 3 budgets of 30
     assert slow.deadline().floor == 2_000  # the run lowers it again from the speed it measures, or keeps it
@@ -98,7 +98,7 @@ def test_the_line_names_the_seconds_per_step_and_the_steps():
 
 
 def test_a_bad_budget_is_refused_before_any_probe(monkeypatch):
-    monkeypatch.setattr(time_budget, "_probe", lambda *a, **k: pytest.fail("probed"))
+    monkeypatch.setattr(probe, "_probe", lambda *a, **k: pytest.fail("probed"))
     for bad in (0, -2, math.nan, math.inf, "soon"):
         with pytest.raises(ValueError, match="finite number > 0"):
             fit_steps_to_budget(classifier(), config(), classification_data(8), stack, seconds=bad)
@@ -135,14 +135,14 @@ class RecordingSampler(RandomBatchSampler):
 def test_the_probe_draws_the_batches_of_the_sampler_given_from_a_copy_of_it():
     sampler = RecordingSampler(16, batch_size=4, seed=3)
     taken = []
-    real_init = time_budget.Trainer.__init__
+    real_init = probe.Trainer.__init__
 
     def spy(self, *args, batch_sampler=None, **kwargs):
         taken.append(batch_sampler)
         real_init(self, *args, batch_sampler=batch_sampler, **kwargs)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(time_budget.Trainer, "__init__", spy)
+        patch.setattr(probe.Trainer, "__init__", spy)
         fit_steps_to_budget(classifier(), config(), classification_data(16), stack, seconds=60, probe_steps=2,
                             batch_sampler=sampler, clock=ticking(1.0))
     assert len(taken) == 1 and isinstance(taken[0], RecordingSampler) and taken[0] is not sampler

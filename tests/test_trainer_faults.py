@@ -25,11 +25,10 @@ from ddp_worker import (
 )
 
 from bertlib.training import trainer as trainer_module
-from bertlib.training.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint
+from bertlib.training.batches import LengthGroupedBatchSampler
+from bertlib.training.budget import linear_warmup_decay
+from bertlib.training.checkpoints import RunLockedError, latest_checkpoint, list_checkpoints, load_checkpoint
 from bertlib.training.config import TrainingConfig
-from bertlib.training.lock import RunLockedError
-from bertlib.training.sampling import LengthGroupedBatchSampler
-from bertlib.training.schedule import linear_warmup_decay
 from bertlib.training.trainer import NonFiniteLossError, Trainer
 from conftest import lock_held_elsewhere
 
@@ -431,7 +430,7 @@ def test_the_host_reads_the_device_on_logging_steps_only():
 def test_adamw_state_moves_between_the_fused_and_the_plain_kernel(saved_fused):
     """A checkpoint of a fused (GPU) run resumes with the plain kernel, and the other way round: the next update is
     the one the saved moments give (a loss whose gradient depends on the weights, so that Adam's state matters)."""
-    from bertlib.training.resume import load_optimizer_state
+    from bertlib.training.checkpoints import load_optimizer_state
 
     inputs = torch.randn(8, 4, generator=torch.Generator().manual_seed(0))
 
@@ -459,9 +458,9 @@ def test_adamw_state_moves_between_the_fused_and_the_plain_kernel(saved_fused):
 
 
 def test_a_checkpoint_is_written_while_the_next_steps_train(tmp_path, monkeypatch):
-    from bertlib.training import checkpoint
+    from bertlib.training import checkpoints
 
-    real_save = checkpoint.save_checkpoint
+    real_save = checkpoints.save_checkpoint
     trained_on = threading.Event()
     waited: dict[int, bool] = {}
 
@@ -475,7 +474,7 @@ def test_a_checkpoint_is_written_while_the_next_steps_train(tmp_path, monkeypatc
             trained_on.set()
         return {}
 
-    monkeypatch.setattr(checkpoint, "save_checkpoint", slow_disk)
+    monkeypatch.setattr(checkpoints, "save_checkpoint", slow_disk)
     trainer = Trainer(classifier(), quiet(max_steps=6, batch_size=4, checkpoint_every=2, keep_checkpoints=3,
                                           out_dir=tmp_path), classification_data(16), stack, metrics_fn=metrics)
     trainer.train()

@@ -28,15 +28,12 @@ from torch import nn
 
 from bertlib import BertConfig, BertForSequenceClassification
 from bertlib.pretraining.mlm import prediction_positions, pretraining_metrics
-from bertlib.training import precision
-from bertlib.training.checkpoint import latest_checkpoint, load_checkpoint
+from bertlib.training import hardware
+from bertlib.training.budget import linear_warmup_decay, noam_schedule
+from bertlib.training.checkpoints import latest_checkpoint, load_checkpoint
 from bertlib.training.config import TrainingConfig
-from bertlib.training.history import History
-from bertlib.training.optimizer import param_groups
-from bertlib.training.precision import precision_line, resolve_precision, tf32_matmuls
-from bertlib.training.schedule import linear_warmup_decay, noam_schedule
-from bertlib.training.trainer import Trainer
-from bertlib.training.update import adamw, fused_adamw_on_cpu
+from bertlib.training.hardware import adamw, fused_adamw_on_cpu, precision_line, resolve_precision, tf32_matmuls
+from bertlib.training.trainer import History, Trainer, param_groups
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -349,13 +346,13 @@ def test_resume_refuses_the_checkpoint_of_another_model_size_in_one_line(tmp_pat
 
 
 def test_tokens_per_second_counts_the_training_steps_only(tmp_path, monkeypatch):
-    from bertlib.training import checkpoint
+    from bertlib.training import checkpoints
 
     data = classification_data(8)
     config = quiet(max_steps=6, batch_size=4, log_every=2, checkpoint_every=2, out_dir=tmp_path)
     trainer = Trainer(classifier(), config, data, stack)
     trainer.train(stop_at=3)  # a window (steps 3-4) that spans two calls
-    real_save = checkpoint.save_checkpoint
+    real_save = checkpoints.save_checkpoint
     written = []
 
     def slow_disk(state, path):  # a second per checkpoint: the periodic one of step 4 and the last, of step 6
@@ -363,7 +360,7 @@ def test_tokens_per_second_counts_the_training_steps_only(tmp_path, monkeypatch)
         real_save(state, path)
         written.append(state["step"])
 
-    monkeypatch.setattr(checkpoint, "save_checkpoint", slow_disk)
+    monkeypatch.setattr(checkpoints, "save_checkpoint", slow_disk)
     time.sleep(1.0)  # a pause between the two calls
     trainer.train()
     assert written == [4, 6]
@@ -501,7 +498,7 @@ def test_tf32_goes_on_for_fp32_matmuls_on_ampere_and_newer_only(monkeypatch, cap
 def test_the_trainer_turns_tf32_on_while_it_trains_and_evaluates_and_puts_it_back_after(monkeypatch):
     """TF32 is torch's process-wide setting: the Trainer set it when built and left it on, so code run after training
     (scoring, another model) computed in TF32 without asking."""
-    monkeypatch.setattr(precision, "has_tf32", lambda device: True)  # as on an Ampere GPU, here on the CPU
+    monkeypatch.setattr(hardware, "has_tf32", lambda device: True)  # as on an Ampere GPU, here on the CPU
     seen = set()  # (training mode, matmul precision) at each forward
     model = classifier()
     model.register_forward_pre_hook(lambda module, args: seen.add((module.training,

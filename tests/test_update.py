@@ -1,4 +1,4 @@
-"""bertlib.training.update: AdamW's update, fp16 loss scaling, and no update on the device once a step went wrong."""
+"""bertlib.training.trainer: AdamW's update, fp16 loss scaling, and no update on the device once a step went wrong."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import torch
 from ddp_worker import needs_fused_cpu_adamw
 
 from bertlib.training.config import TrainingConfig
-from bertlib.training.optimizer import param_groups
-from bertlib.training.update import Update, adamw
+from bertlib.training.hardware import adamw
+from bertlib.training.trainer import Update, param_groups
 
 INPUTS = torch.randn(8, 4, generator=torch.Generator().manual_seed(0))
 

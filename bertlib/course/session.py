@@ -73,8 +73,8 @@ def gpu_minutes(default: float) -> float:
 
 
 def device():
-    """The best device here: CUDA, then Apple's MPS, then the CPU (training.devices.pick_device, the one picker)."""
-    from bertlib.training.devices import pick_device
+    """The best device here: CUDA, then Apple's MPS, then the CPU (training.hardware.pick_device, the one picker)."""
+    from bertlib.training.hardware import pick_device
 
     return pick_device()
 
@@ -365,7 +365,7 @@ def setup(seed: int = 0, keep_on_drive: bool = True):
 
     from bertlib import __version__
     from bertlib.course.plots import use_course_style
-    from bertlib.training.rng import seed_everything
+    from bertlib.training.batches import seed_everything
 
     use_course_style()
     seed_everything(seed)  # Python, NumPy and torch: a notebook prints the same numbers every run

@@ -1,7 +1,7 @@
 """Tokenized comments as a dataset, and the collator that pads a batch of them for the model.
 
 `CommentDataset` holds unpadded id lists and their 0/1 labels; which comments share a batch is the
-batch sampler's decision (bertlib.training.sampling: length-grouped for fine-tuning, so a batch of similar
+batch sampler's decision (bertlib.training.batches: length-grouped for fine-tuning, so a batch of similar
 lengths needs little padding). `PadCollator` pads a batch to its longest comment (dynamic padding,
 torch.nn.utils.rnn.pad_sequence) or to a fixed length (a static shape, as TPUs want), the way
 transformers' DataCollatorWithPadding does.
@@ -22,7 +22,7 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import Dataset
 
 from bertlib.text.fast_tokenizer import encode_texts
-from bertlib.training.sampling import padded_width
+from bertlib.training.batches import padded_width
 
 
 class CommentDataset(Dataset):
@@ -65,7 +65,7 @@ class PadCollator:
 
     pad_to=None pads to the longest comment of the batch (dynamic padding); an int pads every batch to
     that length (fixed padding). pad_widths pads a batch to the smallest of those widths that holds it (a
-    compiled model's few shapes, bertlib.training.sampling.bucket_widths). pos_weight, when given, rides along
+    compiled model's few shapes, bertlib.training.batches.bucket_widths). pos_weight, when given, rides along
     in the batch so the model's BCE uses it.
     """
 

@@ -2,10 +2,10 @@
 the same architecture from random weights, with checkpoints that outlive a disconnect.
 
 `finetune_on_gpu` says first which precision it takes and why, then whether it compiles the model (on a CUDA GPU
-that supports it: bertlib.training.compiling), then where its checkpoints go, then its plan and how long all of it
+that supports it: bertlib.training.hardware), then where its checkpoints go, then its plan and how long all of it
 takes: the two training runs (the model, then its random-init control, each of the same step count) and the
 predictions after them (the validation comments of each run, Kaggle's official test comments once). The step count
-is fitted to the budget by the probe notebook 06 uses (bertlib.training.time_budget: the model's own steps, its
+is fitted to the budget by the probe notebook 06 uses (bertlib.training.probe: the model's own steps, its
 compiling and checkpoints reserved) and written to steps.json in `out_dir`; a re-run after a disconnect reads it
 instead of timing again, and each run resumes from the newest checkpoint in its folder of `out_dir` (the Trainer
 does). Nothing here needs a GPU: the tests run it on a CPU at tiny sizes, twice, the second a resume.
@@ -39,9 +39,9 @@ from bertlib.finetuning.recipe import (
     training_parts,
 )
 from bertlib.training import precision_line, resolve_precision
-from bertlib.training.checkpoint import checkpoint_step, latest_checkpoint
-from bertlib.training.compiling import choose_compile
-from bertlib.training.time_budget import fit_steps_to_budget
+from bertlib.training.checkpoints import checkpoint_step, latest_checkpoint
+from bertlib.training.hardware import choose_compile
+from bertlib.training.probe import fit_steps_to_budget
 
 STEPS_FILE = "steps.json"  # in out_dir: the step count and speeds the first run's probe measured, for a resume
 PREDICT_SAMPLE = 512  # validation comments the probe predicts, to time the predictions after training
@@ -63,7 +63,7 @@ class GpuFineTuneSettings:
     pos_weight_cap: float = 10.0
     seed: int = 0
     progress: bool = True
-    compile: bool | None = None  # None: on a CUDA GPU that supports it (bertlib.training.compiling)
+    compile: bool | None = None  # None: on a CUDA GPU that supports it (bertlib.training.hardware)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "out_dir", Path(self.out_dir))

@@ -3,7 +3,7 @@
 The recipe follows the BERT paper's fine-tuning (Devlin et al. 2019, section 4 and appendix A.3): the
 pretrained encoder plus one new linear layer, every weight trained, AdamW with lr 2e-5..5e-5, warmup then
 linear decay, 2-4 epochs. The Trainer (bertlib.training.trainer) draws the batches from a length-grouped
-batch sampler (bertlib.training.sampling), redrawn every epoch, each batch padded to its longest comment
+batch sampler (bertlib.training.batches), redrawn every epoch, each batch padded to its longest comment
 (bertlib.finetuning.batching); epochs count passes over the data per process, so under torchrun N processes
 together make the same number of passes as one (AMP on GPUs: bf16 where supported). Early stopping watches
 the validation part; the test part is scored once, at the best step, with every label's threshold tuned on
@@ -32,13 +32,18 @@ from bertlib.finetuning.batching import CommentDataset, PadCollator
 from bertlib.finetuning.classifier import ToxicityClassifier
 from bertlib.finetuning.metrics import evaluate, tune_thresholds, untuned_reasons
 from bertlib.text.cleaning import clean_text
+from bertlib.training.batches import (
+    BatchSampler,
+    LengthGroupedBatchSampler,
+    RandomBatchSampler,
+    bucket_widths,
+    rng_state,
+    set_rng_state,
+)
 from bertlib.training.config import TrainingConfig
-from bertlib.training.devices import pick_device
-from bertlib.training.history import History
-from bertlib.training.rng import rng_state, set_rng_state
-from bertlib.training.sampling import BatchSampler, LengthGroupedBatchSampler, RandomBatchSampler, bucket_widths
-from bertlib.training.time_budget import time_steps
-from bertlib.training.trainer import Trainer
+from bertlib.training.hardware import pick_device
+from bertlib.training.probe import time_steps
+from bertlib.training.trainer import History, Trainer
 
 ENCODER_PREFIXES = ("bert.embeddings.", "bert.layers.")  # what encoder_lr_scale slows: all but the pooler and head
 
@@ -61,7 +66,7 @@ class FineTuneConfig:
     compile: bool = False  # torch.compile the model; dynamic padding then pads to four bucket widths up to max_len
     group_by_length: bool = True  # length-grouped batches (else random ones)
     bucket_batches: int = 50  # batches per length-sorted bucket
-    precision: str = "auto"  # bf16 on GPUs that support it, fp32 on CPU (see bertlib.training.precision)
+    precision: str = "auto"  # bf16 on GPUs that support it, fp32 on CPU (see bertlib.training.hardware)
     eval_every: int | None = None  # steps between validation losses during training (None: at the end)
     patience: int | None = None  # early stopping: validation losses without a new best before stopping
     log_every: int = 10
@@ -69,7 +74,7 @@ class FineTuneConfig:
     bootstrap: int = 1000  # resamples behind each metric's 95% interval (bertlib.finetuning.metrics.evaluate)
     min_positives: int = 10  # fewer positives in a part: "too few positives to score"
     seed: int = 0
-    device: str | None = None  # None: bertlib.training.devices.pick_device (cuda:LOCAL_RANK, MPS, CPU)
+    device: str | None = None  # None: bertlib.training.hardware.pick_device (cuda:LOCAL_RANK, MPS, CPU)
     out_dir: str | None = None  # Trainer checkpoints (resumable); None keeps nothing
     checkpoint_every: int | None = None  # steps between checkpoints in out_dir (the last step is always saved)
     progress: bool = True

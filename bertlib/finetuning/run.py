@@ -65,21 +65,22 @@ import numpy as np
 import pandas as pd
 
 from bertlib.basics import atomic_write, json_sha256
+from bertlib.command import interrupted_line
 from bertlib.data.comments import load_comments, load_kaggle_test
 from bertlib.data.labels import task_labels
 from bertlib.finetuning.classifier import ToxicityClassifier
 from bertlib.finetuning.metrics import evaluate, untuned_reasons, with_intervals
 from bertlib.finetuning.recipe import FineTuneConfig, FineTuneResult, fine_tune, fit_baseline, load_classifier
 from bertlib.finetuning.split import PreparedComments, prepare_comments
-from bertlib.training.checkpoint import (
+from bertlib.training.checkpoints import (
     DiskFullError,
+    RunLock,
+    RunLockedError,
     check_out_dir,
     latest_checkpoint,
     refuse_other_runs,
     unwritable_line,
 )
-from bertlib.training.interrupt import interrupted_line
-from bertlib.training.lock import RunLock, RunLockedError
 from bertlib.training.trainer import NonFiniteLossError
 
 # ---------------------------------------------------------------------------------------------------------

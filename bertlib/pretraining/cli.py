@@ -15,13 +15,13 @@ are held out, and their MLM/NSP loss and accuracy are measured every --eval-ever
 hold any out refuses --eval-every before the vocabulary is trained).
 
 --minutes M gives the run a time budget instead of a step count: before the real run, a short timing probe
-(bertlib.training.time_budget: one warm-up step, then a few timed steps of a throwaway copy of the model, with its own
+(bertlib.training.probe: one warm-up step, then a few timed steps of a throwaway copy of the model, with its own
 optimizer, on the real batches) measures the seconds per step, and the run gets as many steps as fit in M
 minutes (at least 1; at most --steps when both are given). It prints one line with the probe's seconds per
 step and the step count chosen. As it trains, at logging steps, the run times its recent steps and moves its
 last step where the budget left now puts it, when that moves the end by more than 2% of the budget (another
 program started on the machine, or stopped): one line says so, and the learning rate goes on in a straight
-line from where it is to 0 at the new last step, never jumping (bertlib.training.deadline). The budget covers
+line from where it is to 0 at the new last step, never jumping (bertlib.training.budget). The budget covers
 the training steps with their evaluations and checkpoints; the probe and the data preparation come on top.
 At the end a line says how long the run took against its budget, and run.json records the steps it ran. A
 resumed run goes on with the step count and clock of its checkpoint (no new probe) and says so.
@@ -41,7 +41,7 @@ CPU, gpu on a GPU), and a flag given on the command line wins over it. Each run 
 
 * gpu is BERT's (Devlin et al. 2019, appendix A.2) at a course size: sentence pairs of 128 tokens with MLM +
   NSP, AdamW at peak lr 1e-4 with 10% warmup and linear decay, weight decay 0.01, dropout 0.1; on a CUDA GPU the
-  size and batch the GPU trains well in its time (bertlib.training.gpu_plan: `mini` at batch 128 on a T4, `base`
+  size and batch the GPU trains well in its time (bertlib.pretraining.gpu_plan: `mini` at batch 128 on a T4, `base`
   on an A100 or H100), elsewhere `mini` at batch 32.
 * cpu is notebook 06's CPU run, measured in benchmarks/README.md: the `tiny` model on packed windows of 16
   tokens with MLM only (RoBERTa's choice, bertlib.pretraining.packing), batch 256, lr 2e-3, 5% warmup, no dropout,
@@ -51,12 +51,12 @@ CPU, gpu on a GPU), and a flag given on the command line wins over it. Each run 
     python -m bertlib.pretrain --corpus data/corpus --out runs/cpu --minutes 4     # notebook 06's CPU run
 
 Sentence pairs are padded to the longest pair of their batch, and come in batches of pairs of like length
-(bertlib.training.sampling.LengthGroupedBatchSampler): pairs are built up to --seq-len and then truncated, so
+(bertlib.training.batches.LengthGroupedBatchSampler): pairs are built up to --seq-len and then truncated, so
 pairs that fill it are common, and a batch of them needs no padding and no attention mask. The run prints
 the share of padding left, beside that of random batches, and the share of batches with none;
 --no-group gives random batches.
 
-On a CUDA GPU of compute capability 7.0 or more the model is compiled (bertlib.training.compiling; --no-compile
+On a CUDA GPU of compute capability 7.0 or more the model is compiled (bertlib.training.hardware; --no-compile
 keeps it eager, --compile compiles elsewhere too). A compiled graph is made for one shape, so batches are then
 padded to one of four bucket widths (32, 64, 96 or 128 tokens at --seq-len 128) and stay grouped by length; where
 compiling fails, one line says why and the run goes on eager.

@@ -1,11 +1,11 @@
 """Notebook 06's GPU cell as one function: real text, a BERT sized for the GPU found, MLM + NSP, a time budget.
 
-`pretrain_on_gpu` says first which precision and which size it takes and why (bertlib.training.gpu_plan), and
+`pretrain_on_gpu` says first which precision and which size it takes and why (bertlib.pretraining.gpu_plan), and
 where its checkpoints go; then it prepares the text (download, a Rust-trained vocabulary, sentence pairs) with a
 forecast of how long that and the scoring after training take, trains with checkpoints in `out_dir`, saves the
 model the moment training ends, and scores it as sections 7 and 9 of 06 score the CPU run. A re-run after a
 disconnect resumes from the newest checkpoint, on the step count and clock it saved, so the budget is not timed
-again; as it trains, the run re-fits its step count when the GPU's speed changes (bertlib.training.deadline).
+again; as it trains, the run re-fits its step count when the GPU's speed changes (bertlib.training.budget).
 Nothing here needs a GPU: the tests run it on a CPU at smoke size, twice, the second a resume.
 
 Leaves out: caching the prepared pairs (a re-run prepares them again, a few minutes at most on 100 M characters).
@@ -25,6 +25,7 @@ from bertlib.basics import atomic_write, shown_path
 from bertlib.model import hf
 from bertlib.model.bert import BertForPreTraining
 from bertlib.model.config import BertConfig
+from bertlib.pretraining.gpu_plan import plan_for_device
 from bertlib.pretraining.mlm import MaskingCollator, pretraining_metrics
 from bertlib.pretraining.nsp import PretrainingDataset, create_instances_from_ids, tokenize_documents
 from bertlib.pretraining.sources import pretraining_corpus
@@ -38,13 +39,12 @@ from bertlib.pretraining.yardsticks import (
 )
 from bertlib.text.wordpiece import WordPieceTokenizer
 from bertlib.training import Trainer, TrainingConfig, precision_line, resolve_precision
-from bertlib.training.checkpoint import latest_checkpoint
-from bertlib.training.compiling import choose_compile
-from bertlib.training.deadline import Deadline
-from bertlib.training.gpu_plan import plan_for_device
-from bertlib.training.history import History
-from bertlib.training.sampling import LengthGroupedBatchSampler, bucket_widths, padding_report
-from bertlib.training.time_budget import fit_steps_to_budget
+from bertlib.training.batches import LengthGroupedBatchSampler, bucket_widths, padding_report
+from bertlib.training.budget import Deadline
+from bertlib.training.checkpoints import latest_checkpoint
+from bertlib.training.hardware import choose_compile
+from bertlib.training.probe import fit_steps_to_budget
+from bertlib.training.trainer import History
 
 STEPS_FILE = "steps.json"  # in out_dir: the step count the first run's budget fixed, for a resume
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -69,7 +69,7 @@ class GpuCellSettings:
     eval_pairs: int = 2_000
     checkpoint_every: int = 500
     progress: bool = True
-    compile: bool | None = None  # None: on a CUDA GPU that supports it (bertlib.training.compiling)
+    compile: bool | None = None  # None: on a CUDA GPU that supports it (bertlib.training.hardware)
 
 
 @dataclass

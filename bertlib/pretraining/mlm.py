@@ -32,7 +32,7 @@ import torch
 
 from bertlib.basics import IGNORE_INDEX
 from bertlib.pretraining.nsp import PretrainingInstance
-from bertlib.training.sampling import padded_width
+from bertlib.training.batches import padded_width
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ writable, another live run holding its lock), a resume whose data, model or opti
 ones in OUT/run.json (each named by its flag) or whose corpus text changed (run.json records its hash) or whose
 --steps is below the step the run reached, --eval-every where the corpus is too small to hold any document out
 (before the vocabulary is trained), a vocabulary with nothing but special tokens, and a corpus too small to fill
-one batch. With --minutes, a timing probe (bertlib.training.time_budget) sets the step count before the
+one batch. With --minutes, a timing probe (bertlib.training.probe) sets the step count before the
 Trainer is built, and the Trainer re-fits it as it trains when the machine's speed changes
-(bertlib.training.deadline), so the run ends on its budget; a resume goes on with its checkpoint's count and
+(bertlib.training.budget), so the run ends on its budget; a resume goes on with its checkpoint's count and
 clock. OUT/run.json is written only once the Trainer has accepted the newest checkpoint (or found
 none), so a refused run never replaces the record of the run the folder holds. A non-finite loss stops the run
 without exporting the model; Ctrl-C saves a checkpoint and exits with status 130.
@@ -38,6 +38,7 @@ import torch
 from torch.utils.data import Dataset
 
 from bertlib.basics import atomic_write, json_sha256, shown_path
+from bertlib.command import interrupted_line
 from bertlib.model.bert import BertForPreTraining
 from bertlib.model.config import BertConfig
 from bertlib.pretraining.mlm import MaskingCollator, pretraining_metrics
@@ -45,22 +46,8 @@ from bertlib.pretraining.nsp import PretrainingDataset, create_instances_from_id
 from bertlib.pretraining.packing import PackedDataset, packed_windows
 from bertlib.text.wordpiece import WordPieceTokenizer
 from bertlib.text.wordpiece_trainer import train_wordpiece
-from bertlib.training.checkpoint import (
-    DiskFullError,
-    OutDirError,
-    check_out_dir,
-    latest_checkpoint,
-    refuse_other_runs,
-    unwritable_line,
-)
-from bertlib.training.compiling import choose_compile
-from bertlib.training.config import TrainingConfig
-from bertlib.training.deadline import Deadline
-from bertlib.training.history import History
-from bertlib.training.interrupt import interrupted_line
-from bertlib.training.lock import RunLock, RunLockedError
-from bertlib.training.precision import precision_line
-from bertlib.training.sampling import (
+from bertlib.throughput import bert_flops_per_token, mfu, peak_tflops
+from bertlib.training.batches import (
     BatchSampler,
     LengthGroupedBatchSampler,
     RandomBatchSampler,
@@ -68,9 +55,21 @@ from bertlib.training.sampling import (
     padding_report,
     padding_share,
 )
-from bertlib.training.throughput import bert_flops_per_token, mfu, peak_tflops
-from bertlib.training.time_budget import fit_steps_to_budget
-from bertlib.training.trainer import NonFiniteLossError, Trainer
+from bertlib.training.budget import Deadline
+from bertlib.training.checkpoints import (
+    DiskFullError,
+    OutDirError,
+    RunLock,
+    RunLockedError,
+    check_out_dir,
+    latest_checkpoint,
+    refuse_other_runs,
+    unwritable_line,
+)
+from bertlib.training.config import TrainingConfig
+from bertlib.training.hardware import choose_compile, precision_line
+from bertlib.training.probe import fit_steps_to_budget
+from bertlib.training.trainer import History, NonFiniteLossError, Trainer
 
 PROG = "python -m bertlib.pretrain"
 DEFAULT_STEPS = 10_000  # --steps without --minutes
@@ -97,16 +96,16 @@ BEFORE_RECIPES = {"objective": "mlm+nsp", "vocab_score": "likelihood"}
 def apply_recipe(args: argparse.Namespace) -> str:
     """Fill the flags left unset from --recipe (by default the device's: cpu on a CPU, else gpu); a line to print.
 
-    On a CUDA GPU the gpu recipe's size and batch follow the GPU (bertlib.training.gpu_plan: BERT-mini on a T4,
+    On a CUDA GPU the gpu recipe's size and batch follow the GPU (bertlib.pretraining.gpu_plan: BERT-mini on a T4,
     BERT-base at batch 128 on an A100 or H100), and the line says why."""
-    from bertlib.training.devices import pick_device
+    from bertlib.training.hardware import pick_device
 
     device = pick_device(args.device)
     if args.recipe is None:
         args.recipe = "cpu" if device.type == "cpu" else "gpu"
     recipe, why = dict(RECIPES[args.recipe]), ""
     if args.recipe == "gpu" and device.type == "cuda":
-        from bertlib.training.gpu_plan import plan_for_device
+        from bertlib.pretraining.gpu_plan import plan_for_device
 
         plan = plan_for_device(device)
         recipe.update(config=plan.preset, batch_size=plan.batch_size)
@@ -378,7 +377,7 @@ def run_pretraining(args: argparse.Namespace) -> int:
         if args.minutes is not None and world_size > 1:
             import torch.distributed as dist
 
-            if dist.is_initialized():  # joined by the timing probe (bertlib.training.time_budget); no Trainer owns it
+            if dist.is_initialized():  # joined by the timing probe (bertlib.training.probe); no Trainer owns it
                 dist.destroy_process_group()
 
 
@@ -512,14 +511,14 @@ def _workers(args: argparse.Namespace) -> int:
     """--workers, or its default: 2 collating processes ahead of a CUDA GPU, none beside a CPU that trains."""
     if args.workers is not None:
         return args.workers
-    from bertlib.training.devices import pick_device
+    from bertlib.training.hardware import pick_device
 
     return 2 if pick_device(args.device).type == "cuda" else 0
 
 
 def speed_line(history: History, trainer: Trainer, flops_per_token: float, peak: float | None) -> str:
     """The run's speed: median tokens/s of its logged windows (training steps only), the mean over all of them,
-    and the MFU they make (nanoGPT's estimate, bertlib.training.throughput) where the GPU's peak is known."""
+    and the MFU they make (nanoGPT's estimate, bertlib.throughput) where the GPU's peak is known."""
     rates = [r["tokens_per_s"] for r in history.records if "tokens_per_s" in r]
     if not rates:
         return "speed: no logged window"

@@ -15,9 +15,10 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from bertlib.training.precision import PRECISIONS, Precision
+Precision = Literal["auto", "bf16", "fp16", "fp32"]
+PRECISIONS = ("auto", "bf16", "fp16", "fp32")
 
 # Fields a resumed run must keep: they shape the optimizer's state and the learning-rate schedule.
 FIXED_ON_RESUME = ("lr", "weight_decay", "betas", "eps", "warmup_steps", "warmup_ratio", "grad_clip",
@@ -51,7 +52,7 @@ class TrainingConfig:
     seed: int = 0  # seeds the RNGs on a fresh start (plus the rank) and the default sampler's data order
     num_workers: int = 0  # processes that collate the next batches while the model trains (the same masks)
     shuffle: bool = True  # of the default sampler
-    device: str | None = None  # None: bertlib.training.devices.pick_device (cuda:LOCAL_RANK, mps, cpu)
+    device: str | None = None  # None: bertlib.training.hardware.pick_device (cuda:LOCAL_RANK, mps, cpu)
     progress: bool = True  # tqdm bar on rank 0
     epochs: float | None = None  # passes over the data per process, instead of max_steps
 

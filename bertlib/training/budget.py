@@ -1,10 +1,29 @@
-"""A time budget that holds while the machine's speed changes: the run's last step is re-fit as it trains.
+"""The learning-rate schedule and the time budget: warmup + linear decay, and the deadline that re-fits the last
+step, both in the one RunBudget a Trainer keeps and saves in a checkpoint field.
+
+Schedules
+---------
+Learning-rate schedules: BERT's linear warmup then linear decay, and the Transformer's "Noam" schedule.
+
+    linear_warmup_decay(step, warmup_steps, total_steps)   # a multiplier in [0, 1], for LambdaLR
+    noam_schedule(step, d_model, warmup_steps)             # an absolute rate (Vaswani et al. 2017, eq. 3)
+    schedule_at(scheduler, step)                           # a LambdaLR put at `step` (a resume, a rewind)
+    Relaid.at(step, warmup_steps, multiplier, total_steps)  # the decay re-laid when a time budget moves the end
+
+The Trainer uses linear_warmup_decay, the shape of google-research/bert's optimization.py and of
+transformers' get_linear_schedule_with_warmup; noam_schedule is here to compare with (notebook 06).
+
+Leaves out: cosine, polynomial and restart schedules, and learning-rate finders.
+
+The deadline
+------------
+A time budget that holds while the machine's speed changes: the run's last step is re-fit as it trains.
 
     deadline = Deadline(240, least=1, most=None)    # seconds for the Trainer's steps, evaluations and checkpoints
     Trainer(model, config, train_dataset, collate_fn, deadline=deadline).train()
     deadline.line(last_step)   # "took 238.4 s of its 240 s budget (99%); its end moved 2 times, ..."
 
-`time_budget.fit_steps_to_budget` fixes a step count from a five-step probe before the run. A machine that gets
+`probe.fit_steps_to_budget` fixes a step count from a five-step probe before the run. A machine that gets
 busier later (another program starts, a laptop throttles) makes that run overrun; one that was busy during the
 probe makes it stop short. So at each logging step (the step log was just read: the device has caught up), the
 Deadline takes the seconds per step of the recent steps (those of the last `span` seconds, 10% of the budget;
@@ -37,6 +56,73 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+# -- schedules ---------------------------------------------------------------------------------------------------------
+
+def linear_warmup_decay(step: int, warmup_steps: int, total_steps: int) -> float:
+    """Learning-rate multiplier: 0 -> 1 linearly over warmup_steps, then 1 -> 0 linearly at total_steps.
+
+    `step` counts optimizer updates already done (0 for the first update), as LambdaLR passes it.
+    """
+    if step < warmup_steps:
+        return step / warmup_steps
+    return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+
+@dataclass(frozen=True)
+class Relaid:
+    """Warmup + linear decay whose last step moved mid-run (a time budget re-fit it): the warmup as first planned,
+    then a straight line from `multiplier` at `step` to 0 at the new last step, so the rate never jumps."""
+
+    warmup_steps: int
+    step: int  # where the new decay starts (the re-fit's step, or the end of a warmup still running)
+    multiplier: float  # the schedule's value there
+
+    @classmethod
+    def at(cls, step: int, warmup_steps: int, multiplier: float, total_steps: int) -> Relaid:
+        """The schedule re-laid at `step` (where it stands at `multiplier`) to end at `total_steps`: a warmup still
+        running finishes first if the run outlasts it."""
+        if step < warmup_steps < total_steps:
+            return cls(warmup_steps, warmup_steps, 1.0)
+        return cls(warmup_steps, step, multiplier)
+
+    def __call__(self, step: int, total_steps: int) -> float:
+        """Learning-rate multiplier at `step` of a run now ending at `total_steps` (steps before the re-fit that the
+        run has passed are never asked for again: a checkpoint from then carries its own schedule)."""
+        if step >= self.step:
+            return self.multiplier * max(0.0, (total_steps - step) / max(1, total_steps - self.step))
+        return step / self.warmup_steps if step < self.warmup_steps else 1.0
+
+    def state(self) -> list[float]:
+        """As a checkpoint keeps it (plain numbers); Relaid(*state) gives it back."""
+        return [self.warmup_steps, self.step, self.multiplier]
+
+
+def noam_schedule(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -> float:
+    """The Transformer's learning rate: factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), step >= 1.
+
+    It rises linearly for warmup_steps, peaks at factor / sqrt(d_model * warmup_steps), then decays as
+    1/sqrt(step) (Vaswani et al. 2017, eq. 3). An absolute rate, not a multiplier; shown for comparison.
+    """
+    if step < 1:
+        raise ValueError(f"the Noam schedule counts steps from 1, got {step}")
+    return factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+
+
+def schedule_at(scheduler: torch.optim.lr_scheduler.LambdaLR, step: int) -> None:
+    """Put a LambdaLR and its optimizer's learning rates at `step` of the schedule its lambdas give now (after a
+    resume with more steps, or a rewind past a bad step)."""
+    scheduler.last_epoch = step
+    groups = scheduler.optimizer.param_groups
+    for group, base_lr, multiplier in zip(groups, scheduler.base_lrs, scheduler.lr_lambdas, strict=True):
+        group["lr"] = base_lr * multiplier(step)
+    scheduler._last_lr = [group["lr"] for group in groups]
+
+
+# -- the deadline ------------------------------------------------------------------------------------------------------
 
 FLOOR_STRETCH = 3.0
 """How far past its budget a run's floor of steps may take it: a floor that would take longer is lowered."""
@@ -199,3 +285,108 @@ class Deadline:
         """A resumed run goes on from the checkpoint's seconds: the budget holds for the run as a whole."""
         self.spent, self.refits = float(state["spent"]), int(state["refits"])
         self.planned, self._said = state["planned"], state["said"]
+
+
+
+# -- the Trainer's budget ----------------------------------------------------------------------------------------------
+
+class RunBudget:
+    """A Trainer's learning-rate schedule and time budget in one place: the warmup + linear decay, re-laid where the
+    deadline moves the last step; the timing of steps that compiled, evaluations and checkpoints; and the one
+    checkpoint field that resumes them. Without a deadline it is the plain schedule (or the re-laid one a budgeted
+    run stopped with, resumed without a budget: the rate goes on from where it stopped)."""
+
+    def __init__(self, deadline: Deadline | None, warmup_for: Callable[[int], int], compiles: bool):
+        self.deadline, self.warmup_for, self.compiles = deadline, warmup_for, compiles
+        self.relaid: Relaid | None = None  # the schedule as the last re-fit (or a budgeted checkpoint) laid it
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The clock the budget is timed on (a stand-in's in tests)."""
+        return self.deadline.clock if self.deadline is not None else time.perf_counter
+
+    def multiplier(self, step: int, max_steps: int) -> float:
+        """The learning-rate multiplier at `step` of a run now ending at `max_steps` (LambdaLR's lambda)."""
+        if self.relaid is not None:
+            return self.relaid(step, max_steps)
+        return linear_warmup_decay(step, self.warmup_for(max_steps), max_steps)
+
+    def start(self) -> None:
+        """The training loop starts (again): the deadline's clock runs."""
+        if self.deadline is not None:
+            self.deadline.start()
+
+    def pause(self) -> None:
+        """The training loop stopped: the deadline's clock stops."""
+        if self.deadline is not None:
+            self.deadline.pause()
+
+    @contextlib.contextmanager
+    def step(self, graphs_compiled: Callable[[], int]) -> Iterator[None]:
+        """A training step; one that compiled a graph (a new padded width) took time that says nothing of the
+        machine's speed, and the deadline sets it aside."""
+        if self.deadline is None or not self.compiles:
+            yield
+            return
+        graphs, began = graphs_compiled(), self.deadline.clock()
+        yield
+        if graphs_compiled() > graphs:
+            self.deadline.exclude(self.deadline.clock() - began)
+
+    def set_aside(self, kind: str, graphs_compiled: Callable[[], int],
+                  background: bool = False) -> contextlib.AbstractContextManager:
+        """Time an evaluation or a checkpoint for the deadline (it is not a training step); one that compiled a graph
+        (the eval-mode one) is not taken for what the next will cost."""
+        if self.deadline is None:
+            return contextlib.nullcontext()
+        graphs = graphs_compiled() if self.compiles else None
+        return self.deadline.set_aside(kind, background, compiled=lambda: graphs is not None and
+                                       graphs_compiled() > graphs)
+
+    def refit(self, step: int, max_steps: int, eval_every: int | None, checkpoint_every: int | None,
+              written: float | None, agree: Callable[[list[float]], list[float]]) -> Refit | None:
+        """At a logging step: where the deadline now puts the last step (None: where it is), the decay re-laid from
+        the rate of this step. `written`: the seconds the last background checkpoint took on its thread, if one
+        finished since."""
+        if self.deadline is None:
+            return None
+        if written is not None:
+            self.deadline.wrote_checkpoint(written)
+        refit = self.deadline.refit(step, max_steps, eval_every, checkpoint_every, agree)
+        if refit is not None:
+            warmup = self.relaid.warmup_steps if self.relaid is not None else self.warmup_for(max_steps)
+            self.relaid = Relaid.at(step, warmup, self.multiplier(step, max_steps), refit.now)
+        return refit
+
+    def state(self) -> dict[str, Any]:
+        """The checkpoint field: the deadline's clock and re-fits (None without one) and the re-laid schedule."""
+        return {"deadline": None if self.deadline is None else self.deadline.state(),
+                "relaid": None if self.relaid is None else self.relaid.state()}
+
+    def load_state(self, checkpoint: dict[str, Any], max_steps: int) -> int:
+        """Resume from a checkpoint; returns the run's last step. A budgeted run goes on with the checkpoint's last
+        step and clock, as its re-fits left them (capped at the deadline's most); resumed without a budget, it goes
+        on from the rate it stopped at, its decay re-laid to this run's `max_steps`."""
+        state, step, saved_max_steps = _budget_field(checkpoint), checkpoint["step"], checkpoint["max_steps"]
+        saved = None if state["relaid"] is None else Relaid(*state["relaid"])
+        if self.deadline is not None and state["deadline"] is not None:
+            self.deadline.load_state(state["deadline"])
+            self.relaid = saved
+            return min(saved_max_steps, self.deadline.most if self.deadline.most is not None else saved_max_steps)
+        if state["deadline"] is not None or saved is not None:  # stopped on a budget's schedule: on from its rate
+            warmup = saved.warmup_steps if saved is not None else self.warmup_for(saved_max_steps)
+            stopped_at = (saved(step, saved_max_steps) if saved is not None else
+                          linear_warmup_decay(step, warmup, saved_max_steps))
+            self.relaid = Relaid.at(step, warmup, stopped_at, max_steps)
+        return max_steps
+
+
+def _budget_field(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's budget field. Checkpoints written before it kept the deadline's state under "deadline", the
+    re-laid schedule inside it (None for a run without a budget); they resume as they were."""
+    if "budget" in checkpoint:
+        return checkpoint["budget"]
+    if checkpoint.get("deadline") is None:
+        return {"deadline": None, "relaid": None}
+    deadline = dict(checkpoint["deadline"])
+    return {"relaid": deadline.pop("relaid"), "deadline": deadline}

@@ -1,6 +1,6 @@
 """How many optimizer steps fit in a time budget: one short timing probe, decided once, before the real run.
 
-    from bertlib.training.time_budget import fit_steps_to_budget
+    from bertlib.training.probe import fit_steps_to_budget
     budget = fit_steps_to_budget(model, config, train_dataset, collate_fn, seconds=240, maximum=10_000)
     print(budget.line())             # "time budget 240 s: 0.052 s per step (probe of 5 steps) -> 4,615 steps"
     config = dataclasses.replace(config, max_steps=budget.steps)
@@ -19,7 +19,7 @@ passed in is never touched, and the caller's Python, NumPy and torch RNG states 
 Under torchrun every process probes together and all take the slowest process's time, so that they agree.
 
 The probe's count is where the run starts. Given `budget.deadline()`, the Trainer re-fits it at logging steps
-when the machine's speed changes, re-laying the decay from where the rate stands (bertlib.training.deadline);
+when the machine's speed changes, re-laying the decay from where the rate stands (bertlib.training.budget);
 without one, the count stays fixed.
 
 `steps_in_budget(seconds, seconds_per_step, minimum, maximum)` is the arithmetic alone. The budget covers the
@@ -47,12 +47,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import Dataset
 
-from bertlib.training.compiling import graphs_compiled
+from bertlib.training.batches import BatchSampler, rng_state, set_rng_state
+from bertlib.training.budget import FLOOR_STRETCH, Deadline, steps_that_fit
 from bertlib.training.config import TrainingConfig
-from bertlib.training.deadline import FLOOR_STRETCH, Deadline, steps_that_fit
-from bertlib.training.devices import local_rank, pick_device
-from bertlib.training.rng import rng_state, set_rng_state
-from bertlib.training.sampling import BatchSampler
+from bertlib.training.hardware import graphs_compiled, local_rank, pick_device
 from bertlib.training.trainer import Trainer
 
 
@@ -288,3 +286,4 @@ def fit_steps_to_budget(model: nn.Module, config: TrainingConfig, train_dataset:
     return StepBudget(steps, per_step, seconds, probe_steps, minimum, maximum, evaluation, saving, evaluations,
                       checkpoints, probed.compiling, probed.compile_failure,
                       config.compile and probed.compile_failure is None, floor_asked)
+

@@ -176,6 +176,18 @@ def test_a_machine_faster_than_the_probe_said_trains_longer():
     assert 9.0 <= quick.now <= 10.5 and trainer.step > 150
 
 
+def test_a_command_s_budget_counts_the_time_before_training_and_keeps_time_for_the_export():
+    """--minutes is the whole command's time: 3 s spent on the data and the probe before the first step, 1.5 s kept
+    for the export after the last: the steps end by 8.5 s of the 10, not at 10 s plus the 3 before."""
+    machine = SlowingMachine(0.1, 0.1, 0)
+    machine.now = 3.0  # the command started at 0 and prepared its run until now
+    deadline = Deadline(10, clock=machine, window=0.5, started=0.0, after=1.5)
+    trainer = trained(machine, deadline, log_every=1, max_steps=100)
+    assert 8.0 <= machine.now <= 8.6 and trainer.step < 60  # 100 steps would have ended at 13 s
+    assert deadline.elapsed() == pytest.approx(machine.now)  # the time before training is the budget's too
+    assert deadline.started is None  # counted once: a second train() call does not add it again
+
+
 def test_a_floor_holds_where_it_fits_in_three_budgets_at_the_speed_the_run_measures():
     """A probe timed while the machine was busy lowered the floor for the whole run (06's your BERT: 609 of the 2,000
     steps asked for, on a machine that then ran each step in a seventh of the probe's time)."""

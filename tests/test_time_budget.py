@@ -76,6 +76,21 @@ def test_a_floor_far_past_its_budget_is_lowered_to_three_budgets_and_says_so(mon
                                 "the budget, so it is lowered to what fits in that)"), slow.line()
 
 
+def test_a_command_s_budget_takes_the_time_spent_so_far_and_the_export_out_of_the_steps(monkeypatch):
+    monkeypatch.setattr(probe, "_probe", lambda *args, **kwargs: probe._Probed(0.5, 0.0, 2.0, 0.0, None))
+    clock = iter([7.0, 7.0]).__next__  # the probe ended 7 s after the command started at 0
+    budget = fit_steps_to_budget(classifier(), config(), classification_data(8), stack, seconds=60, clock=clock,
+                                 started=0.0)
+    assert (budget.before, budget.after) == (7.0, 2.0)  # the export is kept one checkpoint's write
+    assert budget.steps == math.floor((60 - 7 - 2 - 2) / 0.5)  # and the run's own last checkpoint, as always
+    assert "for the whole command (7.0 s of it spent before training" in budget.line()
+    deadline = budget.deadline()
+    assert (deadline.started, deadline.after) == (0.0, 2.0)
+    with pytest.raises(ValueError, match="spent before training: 59.0 s"):
+        fit_steps_to_budget(classifier(), config(), classification_data(8), stack, seconds=60,
+                            clock=iter([59.0]).__next__, started=0.0)
+
+
 def test_a_real_probe_times_a_copy_and_gives_the_rngs_back():
     data = classification_data(16)
     model = classifier()

@@ -21,8 +21,8 @@ minutes (at least 1; at most --steps when both are given). It prints one line wi
 step and the step count chosen. As it trains, at logging steps, the run times its recent steps and moves its
 last step where the budget left now puts it, when that moves the end by more than 2% of the budget (another
 program started on the machine, or stopped): one line says so, and the learning rate goes on in a straight
-line from where it is to 0 at the new last step, never jumping (bertlib.training.budget). The budget covers
-the training steps with their evaluations and checkpoints; the probe and the data preparation come on top.
+line from where it is to 0 at the new last step, never jumping (bertlib.training.budget). The budget is the
+whole command's: the corpus, the vocabulary and the probe count, and the export of the model is kept time for.
 At the end a line says how long the run took against its budget, and run.json records the steps it ran. A
 resumed run goes on with the step count and clock of its checkpoint (no new probe) and says so.
 
@@ -97,8 +97,8 @@ def _parser() -> argparse.ArgumentParser:
                         help=f"optimizer steps in all (default {DEFAULT_STEPS:,}; may grow on resume); with "
                              "--minutes, an upper bound on the steps the time budget gives")
     parser.add_argument("--minutes", type=float, default=None,
-                        help="time budget: a short timing probe sets the step count before the run, and the "
-                             "run moves its last step if the machine's speed changes; a resume keeps its clock")
+                        help="time budget of the whole command: a short timing probe sets the step count, and "
+                             "the run moves its last step if the machine's speed changes; a resume keeps its clock")
     parser.add_argument("--objective", choices=["mlm", "mlm+nsp"], default=None,
                         help="mlm: packed windows, MLM only (RoBERTa); mlm+nsp: sentence pairs (BERT) (recipe)")
     parser.add_argument("--batch-size", type=int, default=None, help="windows or pairs per step and process (recipe)")

@@ -8,12 +8,12 @@ writable, another live run holding its lock), a resume whose data, model or opti
 ones in OUT/run.json (each named by its flag) or whose corpus text changed (run.json records its hash) or whose
 --steps is below the step the run reached, --eval-every where the corpus is too small to hold any document out
 (before the vocabulary is trained), a vocabulary with nothing but special tokens, and a corpus too small to fill
-one batch. With --minutes, a timing probe (bertlib.training.probe) sets the step count before the
-Trainer is built, and the Trainer re-fits it as it trains when the machine's speed changes
-(bertlib.training.budget), so the run ends on its budget; a resume goes on with its checkpoint's count and
-clock. OUT/run.json is written only once the Trainer has accepted the newest checkpoint (or found
-none), so a refused run never replaces the record of the run the folder holds. A non-finite loss stops the run
-without exporting the model; Ctrl-C saves a checkpoint and exits with status 130.
+one batch. With --minutes (the whole command's time, from the corpus to the export), a timing probe
+(bertlib.training.probe) sets the step count before the Trainer is built, and the Trainer re-fits it as it trains
+when the machine's speed changes (bertlib.training.budget), so the command ends on its budget; a resume goes on
+with its checkpoint's count and clock. OUT/run.json is written only once the Trainer has accepted the newest
+checkpoint (or found none), so a refused run never replaces the record of the run the folder holds. A non-finite
+loss stops the run without exporting the model; Ctrl-C saves a checkpoint and exits with status 130.
 
 RECIPES holds the defaults of the two recipes (bertlib.pretrain's docstring says what each is and why);
 apply_recipe fills the flags a user left unset.
@@ -428,11 +428,15 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
         progress=is_main and args.progress, num_workers=_workers(args),
     )
     collate = functools.partial(_dense_mlm, collator) if args.dense_mlm else collator
-    deadline = None if args.minutes is None else Deadline(args.minutes * 60, most=most_steps)  # a resume's
+    deadline = None if args.minutes is None else Deadline(args.minutes * 60, most=most_steps, started=start)
     if args.steps is None or (args.minutes is not None and latest_checkpoint(out) is None):
-        budget = fit_steps_to_budget(model, training, train, collate, seconds=args.minutes * 60,
-                                     maximum=args.steps, probe_steps=PROBE_STEPS, metrics_fn=pretraining_metrics,
-                                     eval_dataset=evaluation, batch_sampler=batch_sampler)
+        try:
+            budget = fit_steps_to_budget(model, training, train, collate, seconds=args.minutes * 60,
+                                         maximum=args.steps, probe_steps=PROBE_STEPS, metrics_fn=pretraining_metrics,
+                                         eval_dataset=evaluation, batch_sampler=batch_sampler, started=start)
+        except ValueError as error:  # the budget went on the corpus, the vocabulary and the probe
+            raise PretrainError(f"--minutes {args.minutes:g}: {error}; give more --minutes (a vocabulary trained "
+                                "here is kept in --out, so a rerun spends less before training)") from None
         if is_main:
             print(f"--minutes {args.minutes:g}: {budget.line()}; re-fit as it trains if the machine's speed changes")
         args.steps = settings["steps"] = budget.steps
@@ -463,9 +467,9 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
     finally:
         trainer.close()
     if is_main and deadline is not None and trainer.step > trained_from:
-        print(f"--minutes {args.minutes:g}: steps {trained_from + 1}-{trainer.step} with their evaluations and "
-              f"checkpoints {deadline.line(trainer.max_steps)}" + (" (a resumed run: its time before the stop included)"
-                                                  if trained_from else ""))
+        print(f"--minutes {args.minutes:g}: the preparation and steps {trained_from + 1}-{trainer.step} with their "
+              f"evaluations and checkpoints {deadline.line(trainer.max_steps)}"
+              + (" (a resumed run: its time before the stop included)" if trained_from else ""))
     if is_main and trainer.max_steps != args.steps:  # re-fit to the budget: the record names the steps that ran
         args.steps = settings["steps"] = trainer.max_steps
         write_record(out, settings, corpus_sha256, config.to_dict())
@@ -475,7 +479,9 @@ def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, A
         logged = set(history.keys())
         last = {key: history.last(key) for key in ("loss", "mlm_accuracy", "nsp_accuracy", "eval_loss",
                                                    "eval_mlm_accuracy", "eval_nsp_accuracy") if key in logged}
-        print(f"done: step {trainer.step} in {time.perf_counter() - start:.0f} s; "
+        took = time.perf_counter() - start
+        of_budget = "" if args.minutes is None else f" ({took / (args.minutes * 60):.0%} of --minutes {args.minutes:g})"
+        print(f"done: step {trainer.step} in {took:.0f} s{of_budget}; "
               + ", ".join(f"{k} {v:.4g}" for k, v in last.items()))
         head_share = 1.0 if args.dense_mlm else collator.prediction_slots(args.seq_len) / args.seq_len
         flops = bert_flops_per_token(config, args.seq_len, head_share)

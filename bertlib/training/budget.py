@@ -39,6 +39,10 @@ A floor of steps (`floor`, a short run's minimum to be meaningful) holds while i
 the speed measured then: a probe made while the machine was busy lowers it no longer for the whole run, and a
 machine that turns slow lowers it to what fits.
 
+A command's budget is the command's whole time: given `started` (when the command began, on the same clock), the
+time before training (the data, the vocabulary, the probe) counts, and `after` seconds are kept for what follows the
+last step (the export of the model).
+
 A run without a Deadline never re-fits: one given --steps stays exactly reproducible. Under torchrun every
 process takes the slowest process's times (`agree`), so that all re-fit to the same step.
 
@@ -166,7 +170,8 @@ class Deadline:
 
     def __init__(self, seconds: float, least: int = 1, most: int | None = None, *, floor: int | None = None,
                  evaluation: float = 0.0, checkpoint: float = 0.0, tolerance: float = 0.02, drift: float = 0.05,
-                 window: float | None = None, clock: Callable[[], float] = time.perf_counter):
+                 window: float | None = None, clock: Callable[[], float] = time.perf_counter,
+                 started: float | None = None, after: float = 0.0):
         if not (isinstance(seconds, int | float) and math.isfinite(seconds) and seconds > 0):
             raise ValueError(f"a time budget must be a finite number of seconds > 0, got {seconds!r}")
         if least < 1 or (most is not None and most < least):
@@ -179,7 +184,9 @@ class Deadline:
         self.evaluation, self.checkpoint = evaluation, checkpoint  # latest costs (the probe's until measured)
         self.last_checkpoint = checkpoint  # a whole write, as the last checkpoint is (the probe's until measured)
         self.clock = clock
-        self.spent = 0.0  # seconds of training before the stretch now running (a checkpoint keeps it)
+        self.started = started  # when a command's budget began (its clock): the time before training counts too
+        self.after = after  # seconds kept after the last step (a command's export of the model)
+        self.spent = 0.0  # seconds of the budget before the stretch now running (a checkpoint keeps it)
         self.refits = 0
         self.planned: int | None = None  # the last step before the first re-fit (the probe's)
         self._said: int | None = None  # the last step last announced
@@ -188,8 +195,12 @@ class Deadline:
         self._aside = 0.0  # seconds of evaluations and checkpoints, in all
 
     def start(self) -> None:
-        """The Trainer's loop starts (again): the clock runs; the first check after this only marks the time."""
+        """The Trainer's loop starts (again): the clock runs; the first check after this only marks the time. The
+        first start of a command's budget (`started`) adds the time the command spent before training."""
         self._since = self.clock()
+        if self.started is not None:
+            self.spent += self._since - self.started
+            self.started = None
         self._marks.clear()
 
     def pause(self) -> None:
@@ -251,7 +262,7 @@ class Deadline:
         if stretch < self.window:
             return None
         per_step = max(per_step, 1e-9)
-        left = self.seconds - elapsed
+        left = self.seconds - elapsed - self.after
         costs = (evaluation, eval_every, checkpoint, checkpoint_every, last_checkpoint)
         more = steps_that_fit(left, per_step, *costs)
         least = self.least

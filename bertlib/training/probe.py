@@ -24,8 +24,9 @@ without one, the count stays fixed.
 
 `steps_in_budget(seconds, seconds_per_step, minimum, maximum)` is the arithmetic alone. The budget covers the
 training steps, the evaluations and the checkpoints: given the eval set, and with an out_dir, the probe also
-times one evaluation and one checkpoint and reserves their cost for as many as the run will make. The probe
-itself and what comes after the run (exporting the model) come on top.
+times one evaluation and one checkpoint and reserves their cost for as many as the run will make. Given
+`started` (a command's), the budget is the whole command's: the time since then (the data, the probe) counts,
+and one more checkpoint's write is kept for the export of the model after the run.
 
 Leaves out: a longer probe (five steps can catch a passing hiccup; the deadline's re-fits absorb it).
 """
@@ -72,17 +73,21 @@ class StepBudget:
     compile_failure: str | None = None  # why compiling failed in the probe
     compiles: bool = False  # whether the run should compile: asked for, and the probe's compile worked
     floor_asked: int | None = None  # the minimum asked for, where it was lowered (`lowered_floor`)
+    started: float | None = None  # when a command's whole budget began (None: the budget is the training's)
+    before: float = 0.0  # of a command's budget, the seconds spent when the probe ended (the data, the probe)
+    after: float = 0.0  # of a command's budget, the seconds kept for the export after the run
 
     def deadline(self) -> Deadline:
         """The clock that keeps the run on this budget as it trains, starting from what the probe measured; the
         floor asked for holds again where the run turns out faster than the probe said."""
         floor = self.floor_asked or self.minimum
         return Deadline(self.seconds, most=self.maximum, floor=floor if floor > 1 else None,
-                        evaluation=self.seconds_per_evaluation, checkpoint=self.seconds_per_checkpoint)
+                        evaluation=self.seconds_per_evaluation, checkpoint=self.seconds_per_checkpoint,
+                        started=self.started, after=self.after)
 
     def line(self) -> str:
         """One line saying what the probe measured and what was chosen."""
-        fit = self.seconds / self.seconds_per_step
+        fit = (self.seconds - self.before - self.after) / self.seconds_per_step
         reserved = "".join(f", {seconds:.2g} s per {what} x {count}" for what, seconds, count in (
             ("evaluation", self.seconds_per_evaluation, self.evaluations),
             ("checkpoint", self.seconds_per_checkpoint, self.checkpoints)) if count)
@@ -97,7 +102,10 @@ class StepBudget:
             note = f" (at least {self.minimum})"
         elif self.maximum is not None and self.steps == self.maximum and fit >= self.maximum + 1:
             note = f" (at most {self.maximum:,}; {int(fit):,} would fit)"
-        return (f"time budget {self.seconds:.0f} s: {self.seconds_per_step:.3g} s per step "
+        whole = "" if self.started is None else (
+            f" for the whole command ({self.before:.1f} s of it spent before training, the probe's included; "
+            f"{self.after:.2g} s kept for the export)")
+        return (f"time budget {self.seconds:.0f} s{whole}: {self.seconds_per_step:.3g} s per step "
                 f"(probe of {self.probe_steps} steps){reserved} -> {self.steps:,} steps{note}")
 
 
@@ -267,23 +275,29 @@ def fit_steps_to_budget(model: nn.Module, config: TrainingConfig, train_dataset:
                         maximum: int | None = None, probe_steps: int = 5,
                         metrics_fn: Callable[..., dict[str, float]] | None = None,
                         eval_dataset: Dataset | None = None, batch_sampler: BatchSampler | None = None,
-                        clock: Callable[[], float] = time.perf_counter) -> StepBudget:
+                        clock: Callable[[], float] = time.perf_counter, started: float | None = None) -> StepBudget:
     """Time a probe and return how many steps of `config` fit in `seconds` together with the run's evaluations
     (on eval_dataset, every config.eval_every steps and at the end) and checkpoints (with an out_dir), on the
-    batches of `batch_sampler` (give the one the Trainer will get)."""
+    batches of `batch_sampler` (give the one the Trainer will get). Given `started` (on `clock`), `seconds` is a
+    command's whole budget since then: the time spent so far and the export after the run come out of it."""
     seconds = check_seconds(seconds)
     probed = _probe(model, config, train_dataset, collate_fn, probe_steps, metrics_fn, eval_dataset, batch_sampler,
                     clock)
     per_step = max(probed.per_step, 1e-9)  # a clock too coarse to see the probe: as fast as it gets
     evaluation, saving = probed.evaluation, probed.checkpoint
+    before = 0.0 if started is None else clock() - started  # the command's time so far, the probe's included
+    after = 0.0 if started is None else saving  # the export: the weights alone, less than a checkpoint's write
+    if before + after >= seconds:
+        raise ValueError(f"the time budget of {seconds:.0f} s is spent before training: {before:.1f} s went to "
+                         "preparing the run and timing its steps")
     floor = lowered_floor(minimum, per_step, seconds, maximum)
     floor_asked, minimum = (minimum if floor < minimum else None), floor
-    steps = _within(steps_that_fit(seconds - probed.compiling, per_step, evaluation, config.eval_every, saving,
-                                   config.checkpoint_every), minimum, maximum)
+    steps = _within(steps_that_fit(seconds - before - after - probed.compiling, per_step, evaluation,
+                                   config.eval_every, saving, config.checkpoint_every), minimum, maximum)
     evaluations = (steps // config.eval_every if config.eval_every else 0) + 1 if eval_dataset is not None else 0
     checkpoints = ((steps // config.checkpoint_every if config.checkpoint_every else 0) + 1
                    if config.out_dir is not None else 0)
     return StepBudget(steps, per_step, seconds, probe_steps, minimum, maximum, evaluation, saving, evaluations,
                       checkpoints, probed.compiling, probed.compile_failure,
-                      config.compile and probed.compile_failure is None, floor_asked)
+                      config.compile and probed.compile_failure is None, floor_asked, started, before, after)
 

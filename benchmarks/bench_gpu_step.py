@@ -4,7 +4,7 @@ On one CUDA GPU, in one run: a raw training step (forward, backward, fused AdamW
 it natively, else fp16 with a gradient scaler) of transformers' BertForPreTraining (sdpa attention) and of
 bertlib's (its MLM head at fixed-size prediction positions), both eager and under torch.compile, on the same
 packed batch with the same weights; then `python -m bertlib.pretrain` itself for --cli-minutes, whose median
-tokens/s is set against bertlib's raw step, and whose "took" line says how well --minutes held; on a GPU the
+tokens/s is set against bertlib's raw step, and whose "done" line says how well --minutes held; on a GPU the
 command runs under torch.cuda.set_sync_debug_mode("warn"), and the line after it counts the host syncs it warned
 of, beside the steps the run made and its logging steps (where the loop reads on purpose). Each figure is
 tokens per second over the timed steps, with the MFU it makes (bertlib.throughput: nanoGPT's estimate,
@@ -102,7 +102,8 @@ def through_the_command(args: argparse.Namespace) -> tuple[float | None, str]:
         raise SystemExit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
     median = re.search(r"speed: median ([\d,]+) tokens/s", done.stdout)
     vocabulary = re.search(r"vocabulary (\d+) from", done.stdout)
-    took = next((line for line in done.stdout.splitlines() if " took " in line), "no budget line")
+    took = re.search(r"done: step \d+ in \d+ s \(\d+% of --minutes [\d.]+\)", done.stdout)  # the whole command
+    took = took.group(0) if took else "no budget line"
     if vocabulary and int(vocabulary.group(1)) != args.vocab_size:
         took += f" (its vocabulary has {vocabulary.group(1)} tokens, the raw steps' {args.vocab_size})"
     steps = re.search(r"done: step (\d+)", done.stdout)

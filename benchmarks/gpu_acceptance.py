@@ -93,8 +93,9 @@ def step_benchmark(cpu: bool) -> list[tuple[str, str, bool | None]]:
         arm = re.match(r"\s+((?:transformers|bertlib|python)\S*(?: \S+)*?)\s{2,}(.+)", line)
         if arm:
             rows.append((f"step: {arm.group(1)}", arm.group(2), True))
-    took = next((line.strip() for line in lines if " took " in line), "no budget line")
-    share = re.search(r"s budget \((\d+)%\)", took)  # "took 58.9 s of its 60 s budget (98%), 1 re-fit"
+    took = next((line.strip() for line in lines if line.strip().startswith(("done: ", "no budget line"))),
+                "no budget line")
+    share = re.search(r"\((\d+)% of --minutes", took)  # "done: step 812 in 59 s (98% of --minutes 1)"
     on_time = None if cpu else share is not None and abs(int(share.group(1)) - 100) <= 5  # a CPU's: shown only
     rows.append(("--minutes against its budget", took + ("" if cpu else " (within 5% passes)"), on_time))
     syncs = next((line.strip() for line in lines if "host syncs: " in line), "host syncs: no line")

@@ -44,17 +44,17 @@ def test_a_device_that_is_not_cuda_is_refused_with_a_line_that_says_why():
                          ids=["T4", "H100"])
 def test_the_gpu_recipe_of_the_pretraining_command_follows_the_gpu_and_says_why(properties, preset, monkeypatch):
     from bertlib.pretraining import run
-    from bertlib.pretraining.cli import _parser
+    from bertlib.pretraining.cli import parse_args
     from bertlib.training import hardware
 
     monkeypatch.setattr(hardware, "pick_device", lambda requested=None: torch.device("cuda", 0))
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: properties)
-    args = _parser().parse_args(["--corpus", "sample", "--out", "run"])
+    args = parse_args(["--corpus", "sample", "--out", "run"])
     line = run.apply_recipe(args)
     assert (args.recipe, args.config, args.batch_size) == ("gpu", preset, 128)
     recipe, compiling = line.splitlines()
     assert recipe.startswith("recipe gpu: ") and recipe.endswith(f"; for {plan_for(properties).line()}")
     assert args.compiled and compiling.startswith(f"torch.compile: on ({properties.name}")  # the fast path
-    given = _parser().parse_args(["--corpus", "sample", "--out", "run", "--config", "tiny", "--batch-size", "8"])
+    given = parse_args(["--corpus", "sample", "--out", "run", "--config", "tiny", "--batch-size", "8"])
     run.apply_recipe(given)  # what the command line gives wins over the GPU's plan
     assert (given.config, given.batch_size) == ("tiny", 8)

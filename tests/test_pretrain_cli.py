@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import statistics
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -326,3 +328,20 @@ def test_the_compile_choice_is_not_a_setting_a_resume_must_keep(corpus, vocab, t
     assert run(corpus, vocab, tmp_path / "run", "--objective", "mlm+nsp", "--compile", steps="2") == 0
     assert run(corpus, vocab, tmp_path / "run", "--objective", "mlm+nsp", "--no-compile", steps="4") == 0
     assert "resumed" in capsys.readouterr().out
+
+
+def test_the_command_line_gives_every_typed_setting_with_its_default():
+    """The typed settings are the command's flags: one field per flag, the same defaults (and `compiled`)."""
+    parsed = vars(pretrain._parser().parse_args(["--corpus", "c", "--out", "o"]))
+    fields = {field.name: field.default for field in dataclasses.fields(pretraining_run.PretrainArgs)}
+    assert set(parsed) == set(fields) - {"compiled"}
+    assert {name: parsed[name] for name in parsed if name not in ("corpus", "out")} == {
+        name: default for name, default in fields.items() if name not in ("corpus", "out", "compiled")}
+
+
+def test_a_record_with_a_setting_this_version_lacks_is_refused_by_name():
+    record = {"corpus": "c", "out": "o", "steps": 3, "flux_capacitor": True}
+    with pytest.raises(pretraining_run.PretrainError, match=r"run.json records settings .*\(flux_capacitor\)"):
+        pretraining_run.PretrainArgs.from_record(record, Path("runs/x/run.json"))
+    old = pretraining_run.PretrainArgs.from_record({"corpus": "c", "out": "o"}, Path("run.json"))
+    assert (old.objective, old.vocab_score) == ("mlm+nsp", "likelihood")  # what a run.json before recipes ran

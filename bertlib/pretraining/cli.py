@@ -76,7 +76,7 @@ import math
 import os
 
 from bertlib.model.config import BertConfig
-from bertlib.pretraining.run import DEFAULT_STEPS, RECIPES, apply_recipe, run_pretraining
+from bertlib.pretraining.run import DEFAULT_STEPS, RECIPES, PretrainArgs, apply_recipe, run_pretraining
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -138,9 +138,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(argv: list[str] | None = None) -> PretrainArgs:
+    """The command line as a run's typed settings (before apply_recipe fills the recipe's)."""
+    return PretrainArgs(**vars(_parser().parse_args(argv)))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run it (bertlib.pretraining.run.run_pretraining)."""
-    args = _parser().parse_args(argv)
+    args = parse_args(argv)
     try:
         said = apply_recipe(args)
     except ValueError as error:
@@ -153,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     return run_pretraining(args)
 
 
-def _checks(args: argparse.Namespace) -> list[tuple[str, object, bool, str]]:
+def _checks(args: PretrainArgs) -> list[tuple[str, object, bool, str]]:
     """(flag, value, whether it can train, the rule) for each number the run would otherwise refuse mid-way."""
     finite = math.isfinite
     nsp = args.objective == "mlm+nsp"

@@ -1,7 +1,9 @@
 """What `python -m bertlib.pretrain` does: corpus -> vocabulary -> windows or pairs -> Trainer -> exported model.
 
-    from bertlib.pretraining.run import run_pretraining
-    run_pretraining(args)     # an argparse.Namespace of bertlib.pretrain's options
+    from bertlib.pretraining.run import PretrainArgs, apply_recipe, run_pretraining
+    args = PretrainArgs(corpus="sample", out="runs/cpu", minutes=4)   # a run's typed settings (the command's flags)
+    print(apply_recipe(args))                                        # the recipe fills the ones left unset
+    run_pretraining(args)                                            # the exit status
 
 Everything a run can be refused for is checked before the first step: the output folder (a file in the way, not
 writable, another live run holding its lock), a resume whose data, model or optimizer arguments differ from the
@@ -23,7 +25,6 @@ Leaves out: the paper's second phase at sequence 512 (this always starts a new m
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import json
@@ -93,7 +94,60 @@ RECIPES: dict[str, dict[str, Any]] = {
 BEFORE_RECIPES = {"objective": "mlm+nsp", "vocab_score": "likelihood"}
 
 
-def apply_recipe(args: argparse.Namespace) -> str:
+@dataclasses.dataclass
+class PretrainArgs:
+    """A run's settings, typed: the flags of `python -m bertlib.pretrain` (bertlib.pretraining.cli; the argparse
+    Namespace stops there), those a recipe fills once apply_recipe has run, and whether the run compiles. run.json
+    records them; a run.json written before a flag existed reads back with that flag's default."""
+
+    corpus: str
+    out: str
+    recipe: str | None = None  # "cpu" or "gpu"; None: the device's (apply_recipe)
+    config: str | None = None  # a BertConfig preset (recipe)
+    max_documents: int | None = None
+    vocab: str | None = None  # vocab.txt; None: train one on the corpus
+    vocab_size: int | None = None  # (recipe)
+    vocab_score: str = "frequency"
+    steps: int | None = None  # None: DEFAULT_STEPS, or what --minutes gives
+    minutes: float | None = None  # the whole command's time budget
+    objective: str | None = None  # "mlm" or "mlm+nsp" (recipe)
+    batch_size: int | None = None  # (recipe)
+    seq_len: int | None = None  # (recipe)
+    lr: float | None = None  # (recipe)
+    warmup_ratio: float | None = None  # (recipe)
+    mlm_probability: float = 0.15
+    max_predictions: int = 20
+    whole_word: bool = False
+    dupe_factor: int = 5
+    short_seq_prob: float = 0.1
+    eval_fraction: float = 0.05
+    eval_every: int | None = None
+    checkpoint_every: int = 500
+    log_every: int = 10
+    precision: str = "auto"
+    attn: str = "sdpa"
+    dropout: float | None = None  # (recipe)
+    dense_mlm: bool = False
+    compile: bool | None = None  # as asked; None: the device's default
+    no_group: bool = False
+    workers: int | None = None
+    peak_tflops: float | None = None
+    seed: int = 0
+    progress: bool = True
+    device: str | None = None
+    compiled: bool = False  # whether the run compiles (apply_recipe decides from --compile and the device)
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any], path: Path) -> PretrainArgs:
+        """The settings run.json at `path` records; PretrainError where it names a setting this version lacks."""
+        unknown = sorted(set(record) - {field.name for field in dataclasses.fields(cls)})
+        if unknown:
+            raise PretrainError(f"{path} records settings this bertlib does not know ({', '.join(unknown)}): it was "
+                                "written by another version; read it with that one")
+        return cls(**{**BEFORE_RECIPES, **record})
+
+
+def apply_recipe(args: PretrainArgs) -> str:
     """Fill the flags left unset from --recipe (by default the device's: cpu on a CPU, else gpu); a line to print.
 
     On a CUDA GPU the gpu recipe's size and batch follow the GPU (bertlib.pretraining.gpu_plan: BERT-mini on a T4,
@@ -171,7 +225,7 @@ def groups_by_length(args: dict[str, Any]) -> bool:
     return args["objective"] == "mlm+nsp" and not args.get("no_group", True) and not compiled_in_one_shape
 
 
-def pad_widths(args: argparse.Namespace) -> tuple[int, ...] | None:
+def pad_widths(args: PretrainArgs) -> tuple[int, ...] | None:
     """The widths a compiled run pads its batches to (one graph each); None: each batch to its longest."""
     return bucket_widths(args.seq_len) if args.compiled else None
 
@@ -181,7 +235,7 @@ def _batches(args: dict[str, Any]) -> str:
     return "length-grouped" if groups_by_length(args) else "random"
 
 
-def pair_batches(train: Dataset, args: argparse.Namespace) -> tuple[BatchSampler | None, str | None]:
+def pair_batches(train: Dataset, args: PretrainArgs) -> tuple[BatchSampler | None, str | None]:
     """The batch sampler of the run (None: the Trainer's random batches) and a line that says what its padding
     costs (None for packed windows, which all fill --seq-len). Sentence pairs are padded to the longest of
     their batch; grouping pairs of similar length cuts that padding, and a batch of pairs that all fill
@@ -191,7 +245,7 @@ def pair_batches(train: Dataset, args: argparse.Namespace) -> tuple[BatchSampler
         return None, None
     lengths = train.lengths
     widths = pad_widths(args)
-    if not groups_by_length(vars(args)):
+    if not groups_by_length(dataclasses.asdict(args)):
         shuffled = RandomBatchSampler(len(lengths), args.batch_size, args.seed)
         return None, (f"batches: random (--no-group), {padding_share(lengths, shuffled, widths):.1%} of their tokens "
                       "padding")
@@ -217,7 +271,7 @@ def recorded_steps(out: Path) -> int | None:
     return steps if isinstance(steps, int) and steps >= 1 else None
 
 
-def resolve_steps(args: argparse.Namespace, out: Path) -> str | None:
+def resolve_steps(args: PretrainArgs, out: Path) -> str | None:
     """Settle args.steps where no probe is needed (no --minutes, or a resume); a line to print, if any.
 
     Without --minutes: --steps or DEFAULT_STEPS. With --minutes and a run to resume: the count run.json
@@ -284,7 +338,7 @@ def check_vocabulary(tokenizer: WordPieceTokenizer, vocab_path: Path, trained_he
                             f"[MASK]): there is nothing for MLM to predict; use {fix}")
 
 
-def held_out_documents(documents: int, args: argparse.Namespace) -> int:
+def held_out_documents(documents: int, args: PretrainArgs) -> int:
     """How many of `documents` documents are held out: --eval-fraction of them, rounded, and at least one left to
     train on; with NSP two or none (NotNext needs two documents on each side)."""
     held_out = round(documents * args.eval_fraction)
@@ -293,7 +347,7 @@ def held_out_documents(documents: int, args: argparse.Namespace) -> int:
     return min(held_out, documents - 1)
 
 
-def check_evaluation(documents: int, args: argparse.Namespace) -> None:
+def check_evaluation(documents: int, args: PretrainArgs) -> None:
     """Refuse --eval-every where `documents` documents leave none held out.
 
     Refused rather than run without evaluation: the flag asks for held-out scores, and a run that went on without
@@ -306,7 +360,7 @@ def check_evaluation(documents: int, args: argparse.Namespace) -> None:
                             "on; give a larger --eval-fraction or a bigger --corpus, or leave out --eval-every")
 
 
-def build_datasets(texts: list[str], tokenizer: WordPieceTokenizer, args: argparse.Namespace,
+def build_datasets(texts: list[str], tokenizer: WordPieceTokenizer, args: PretrainArgs,
                    show_progress: bool = True) -> tuple[Dataset, Dataset | None, list[int]]:
     """The training and held-out data (every process builds the same) and the held-out documents' indices in
     `texts`: packed windows for --objective mlm, sentence pairs for mlm+nsp. Held-out documents never reach
@@ -332,7 +386,7 @@ def build_datasets(texts: list[str], tokenizer: WordPieceTokenizer, args: argpar
     return dataset(order[held_out:], args.dupe_factor, args.seed), evaluation, [kept[i] for i in order[:held_out]]
 
 
-def check_batches(train: Dataset, args: argparse.Namespace, world_size: int) -> None:
+def check_batches(train: Dataset, args: PretrainArgs, world_size: int) -> None:
     """Refuse a corpus whose training pairs cannot fill one batch in every process."""
     if len(train) < args.batch_size * world_size:
         processes = f" x {world_size} processes" if world_size > 1 else ""
@@ -342,7 +396,7 @@ def check_batches(train: Dataset, args: argparse.Namespace, world_size: int) -> 
                             f"--dupe-factor (now {args.dupe_factor}), or a bigger --corpus")
 
 
-def run_pretraining(args: argparse.Namespace) -> int:
+def run_pretraining(args: PretrainArgs) -> int:
     """Check everything, build the pairs, train (resuming from --out), export; returns the exit status."""
     rank = int(os.environ.get("RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
@@ -358,7 +412,7 @@ def run_pretraining(args: argparse.Namespace) -> int:
         said = resolve_steps(args, out)
         if said is not None and is_main:
             print(said)
-        settings = dict(vars(args))
+        settings = dataclasses.asdict(args)
         if settings["steps"] is not None:  # None: a fresh --minutes run, its steps not known yet
             check_resume(out, settings)
         return _train_and_export(args, out, settings, is_main, world_size, most_steps)
@@ -381,7 +435,7 @@ def run_pretraining(args: argparse.Namespace) -> int:
                 dist.destroy_process_group()
 
 
-def _train_and_export(args: argparse.Namespace, out: Path, settings: dict[str, Any], is_main: bool,
+def _train_and_export(args: PretrainArgs, out: Path, settings: dict[str, Any], is_main: bool,
                       world_size: int, most_steps: int | None) -> int:
     """The run itself, once the folder and the arguments are known to be usable."""
     from bertlib.model import hf
@@ -513,7 +567,7 @@ def _dense_mlm(collator: MaskingCollator, items: list[Any]) -> dict[str, Any]:
     return {**collator(items), "sparse_mlm": False}
 
 
-def _workers(args: argparse.Namespace) -> int:
+def _workers(args: PretrainArgs) -> int:
     """--workers, or its default: 2 collating processes ahead of a CUDA GPU, none beside a CPU that trains."""
     if args.workers is not None:
         return args.workers
@@ -542,7 +596,7 @@ def speed_line(history: History, trainer: Trainer, flops_per_token: float, peak:
 class FinishedRun:
     """A run of `python -m bertlib.pretrain` read back from its folder, with the data it trained and held out."""
 
-    args: argparse.Namespace
+    args: PretrainArgs
     tokenizer: WordPieceTokenizer
     model: BertForPreTraining
     history: History
@@ -559,7 +613,8 @@ def load_finished_run(out: str | Path) -> FinishedRun:
     for needed in ("run.json", "history.csv", "pretrained"):
         if not (out / needed).exists():
             raise FileNotFoundError(f"{out / needed} is missing: {out} holds no finished run of {PROG}")
-    args = argparse.Namespace(**json.loads((out / "run.json").read_text(encoding="utf-8"))["args"])
+    args = PretrainArgs.from_record(json.loads((out / "run.json").read_text(encoding="utf-8"))["args"],
+                                    out / "run.json")
     tokenizer = WordPieceTokenizer.from_vocab_file(out / "pretrained" / "vocab.txt")
     texts, _ = load_texts(args.corpus, args.max_documents)
     train, held_out, held_out_indices = build_datasets(texts, tokenizer, args, show_progress=False)

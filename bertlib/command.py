@@ -14,10 +14,18 @@ from __future__ import annotations
 
 import signal
 import sys
+import time
 from importlib import import_module
 from typing import Any
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_began: float | None = None  # when the command now running began (time.perf_counter), before torch loaded
+
+
+def began() -> float | None:
+    """When run_command began the command now running, on time.perf_counter; None outside one (a notebook calls
+    a command's main itself). A time budget of the whole command counts from here: loading torch is its time too."""
+    return _began
 
 
 def interrupted_line(interrupt: KeyboardInterrupt) -> str:
@@ -36,6 +44,8 @@ def run_command(prog: str, module: str) -> int:
     written and its exit status stands; the interpreter's teardown that follows (about a second after a torch
     run) has already removed Python's handlers, so a Ctrl-C there used to end the process, status 130, with no word.
     """
+    global _began
+    _began = time.perf_counter()
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         return import_module(module).main()
@@ -44,6 +54,7 @@ def run_command(prog: str, module: str) -> int:
               "command again", file=sys.stderr)
         return 130
     finally:
+        _began = None
         for signum in SIGNALS:
             signal.signal(signum, signal.SIG_IGN)
 

@@ -39,7 +39,7 @@ import torch
 from torch.utils.data import Dataset
 
 from bertlib.basics import atomic_write, json_sha256, shown_path
-from bertlib.command import interrupted_line
+from bertlib.command import began, interrupted_line
 from bertlib.model.bert import BertForPreTraining
 from bertlib.model.config import BertConfig
 from bertlib.pretraining.mlm import MaskingCollator, pretraining_metrics
@@ -440,7 +440,7 @@ def _train_and_export(args: PretrainArgs, out: Path, settings: dict[str, Any], i
     """The run itself, once the folder and the arguments are known to be usable."""
     from bertlib.model import hf
 
-    start = time.perf_counter()
+    start = began() or time.perf_counter()  # the command's start, torch's loading included, where run_command ran it
     try:
         texts, source = load_texts(args.corpus, args.max_documents)
         if len(texts) < 2 and args.objective == "mlm+nsp":

@@ -3,7 +3,8 @@ publishes what its cells printed. The shipped sample, written for the course, is
 
 A stand-in for Kaggle's competition input is the shipped sample with a marker word added to every comment; the
 notebooks that quote comments (01 and 07) run on it in smoke mode, and the marker must not appear in any output,
-until BERTLIB_SHOW_COMMENTS=1 asks for it. On these comments, 07 says what its fine-tuning runs will take first.
+until BERTLIB_SHOW_COMMENTS=1 asks for it. On these comments, 07 says what its fine-tuning runs will take first,
+and, run on its own (no checkpoint from 06), fine-tunes the shipped run with every score a number.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import nbformat
 import pandas as pd
 import pytest
 from test_colab_chain import outputs_text
@@ -63,6 +65,13 @@ def test_no_output_of_01_or_07_quotes_a_real_comment_unless_asked(kaggle_like, t
         assert MARKER not in shown, number
     assert re.search(r"timed on shipped run, split 0: \d+ runs of \d+ steps at .*: about \d", shown)  # 07's CPU
     # fine-tuning says what it will take on these comments before it starts
+    streams = {name: "".join(output.get("text", "") for cell in nbformat.read(executed, 4).cells
+                             for output in cell.get("outputs", []) if output.get("name") == name)
+               for name in ("stdout", "stderr")}  # 07 on its own (no 06 in these artifacts): the shipped run stands in
+    assert "no checkpoint from notebook 06" in streams["stdout"] and "long_cpu_run" in streams["stdout"]
+    assert "course BERT (shipped run):" in streams["stdout"]
+    assert not re.search(r"[+-]nan|\[nan|nan\]|nan mean", streams["stdout"])  # a score, not the word in a signature
+    assert "Mean of empty slice" not in streams["stderr"]
     monkeypatch.setenv(course.SHOW_COMMENTS, "1")
     runner.run_notebook(NOTEBOOKS["01"], executed)
     assert MARKER in outputs_text(executed)  # asked for: shown

@@ -307,8 +307,10 @@ class RunBudget:
     checkpoint field that resumes them. Without a deadline it is the plain schedule (or the re-laid one a budgeted
     run stopped with, resumed without a budget: the rate goes on from where it stopped)."""
 
-    def __init__(self, deadline: Deadline | None, warmup_for: Callable[[int], int], compiles: bool):
-        self.deadline, self.warmup_for, self.compiles = deadline, warmup_for, compiles
+    def __init__(self, deadline: Deadline | None, warmup_for: Callable[[int], int],
+                 graphs_compiled: Callable[[], int] | None = None):
+        self.deadline, self.warmup_for = deadline, warmup_for
+        self.graphs_compiled = graphs_compiled  # torch.compile's count of graphs so far (None: the run is eager)
         self.relaid: Relaid | None = None  # the schedule as the last re-fit (or a budgeted checkpoint) laid it
 
     @property
@@ -333,26 +335,25 @@ class RunBudget:
             self.deadline.pause()
 
     @contextlib.contextmanager
-    def step(self, graphs_compiled: Callable[[], int]) -> Iterator[None]:
+    def step(self) -> Iterator[None]:
         """A training step; one that compiled a graph (a new padded width) took time that says nothing of the
         machine's speed, and the deadline sets it aside."""
-        if self.deadline is None or not self.compiles:
+        if self.deadline is None or self.graphs_compiled is None:
             yield
             return
-        graphs, began = graphs_compiled(), self.deadline.clock()
+        graphs, began = self.graphs_compiled(), self.deadline.clock()
         yield
-        if graphs_compiled() > graphs:
+        if self.graphs_compiled() > graphs:
             self.deadline.exclude(self.deadline.clock() - began)
 
-    def set_aside(self, kind: str, graphs_compiled: Callable[[], int],
-                  background: bool = False) -> contextlib.AbstractContextManager:
+    def set_aside(self, kind: str, background: bool = False) -> contextlib.AbstractContextManager:
         """Time an evaluation or a checkpoint for the deadline (it is not a training step); one that compiled a graph
         (the eval-mode one) is not taken for what the next will cost."""
         if self.deadline is None:
             return contextlib.nullcontext()
-        graphs = graphs_compiled() if self.compiles else None
-        return self.deadline.set_aside(kind, background, compiled=lambda: graphs is not None and
-                                       graphs_compiled() > graphs)
+        count = self.graphs_compiled
+        graphs = count() if count is not None else None
+        return self.deadline.set_aside(kind, background, compiled=lambda: graphs is not None and count() > graphs)
 
     def refit(self, step: int, max_steps: int, eval_every: int | None, checkpoint_every: int | None,
               written: float | None, agree: Callable[[list[float]], list[float]]) -> Refit | None:

@@ -630,8 +630,8 @@ class Trainer:
         if deadline is not None and config.epochs is not None:
             raise ValueError("a time budget (deadline) re-fits max_steps: give max_steps, not epochs")
         self.config, self.train_dataset, self.eval_dataset = config, train_dataset, eval_dataset
-        self.deadline = deadline
-        self.budget = RunBudget(deadline, config.warmup_for, compiles=config.compile)  # the schedule and the time
+        self.budget = RunBudget(deadline, config.warmup_for,  # the schedule and the time budget, in one place
+                                graphs_compiled if config.compile else None)
         if deadline is not None and config.warmup_steps:  # a run given its warmup in steps ends after it
             deadline.least = max(deadline.least, config.warmup_steps)
         self.collate_fn, self.metrics_fn = collate_fn or default_collate, metrics_fn
@@ -685,6 +685,11 @@ class Trainer:
         return CompiledOrEager(module, announce=self.is_main, graphs=graph_bound(widths))
 
     @property
+    def deadline(self) -> Deadline | None:
+        """The time budget the run keeps (None: a run of a fixed step count)."""
+        return self.budget.deadline
+
+    @property
     def compile_failure(self) -> str | None:
         """Why compiling failed where it did (the run went on eager), else None."""
         return getattr(self._train_model, "failure", None)
@@ -721,7 +726,7 @@ class Trainer:
             try:
                 while self.step < self._target(stop_at):  # a re-fit may move the last step
                     started = time.perf_counter()
-                    with self.budget.step(graphs_compiled):
+                    with self.budget.step():
                         self._train_step()
                     self.step += 1
                     bar.update(1)
@@ -828,7 +833,7 @@ class Trainer:
             record.update(self.log.record(epoch=self.stream.epoch + self.stream.position / len(self.batch_sampler)))
             bar.set_postfix(self.log.postfix(record), refresh=False)
         if evaluate_now:
-            with self.budget.set_aside("evaluation", graphs_compiled):
+            with self.budget.set_aside("evaluation"):
                 scores = {f"eval_{k}": v for k, v in self.evaluate().items()}
             record.update(scores)
             if self.is_main and cfg.progress:
@@ -836,7 +841,7 @@ class Trainer:
         if record:
             self.history.records.append({"step": self.step, **record})
         if save_now:
-            with self.budget.set_aside("checkpoint", graphs_compiled, background=not save_last):
+            with self.budget.set_aside("checkpoint", background=not save_last):
                 self._save(wait=save_last)  # the last one of a train() call is written before it returns or raises
         if stop:
             raise self.stop.interrupt(self.step, cfg.out_dir)

@@ -8,6 +8,7 @@ module that defines the name.
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -164,6 +165,20 @@ def test_the_runner_the_setup_cell_and_the_file_writer_import_no_torch():
             "        pass\n"
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert result.stdout.strip() == "[]", result.stdout + result.stderr
+
+
+def test_a_notebook_s_setup_and_the_trainer_leave_dynamo_and_transformers_unloaded(tmp_path):
+    """Every notebook's first cell (and every command that trains eager) would pay about a second for them."""
+    code = ("import sys, contextlib, io\n"
+            "from bertlib import course\n"
+            "import bertlib.training.trainer\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    course.setup(seed=0)\n"
+            "print(sorted(m for m in ('torch._dynamo', 'transformers') if m in sys.modules))")
+    env = {**os.environ, "BERTLIB_ARTIFACTS": str(tmp_path / "artifacts"), "BERTLIB_DOWNLOADS": "0"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120,
+                            env=env)
     assert result.stdout.strip() == "[]", result.stdout + result.stderr
 
 

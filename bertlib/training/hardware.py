@@ -319,9 +319,11 @@ def _recompile_limit(graphs: int) -> Iterator[None]:
         yield
 
 
-_LIMIT_HIT = tuple(getattr(torch._dynamo.exc, name) for name in ("FailOnRecompileLimitHit", "FailOnCacheLimitHit")
-                   if hasattr(torch._dynamo.exc, name))
-"""Dynamo refusing one more graph past its recompile limit (renamed with the limit in torch 2.6): not a failure."""
+def _limit_hit() -> tuple[type[Exception], ...]:
+    """Dynamo refusing one more graph past its recompile limit (renamed with the limit in torch 2.6): not a failure.
+    Looked up when a compiled call fails, so that importing this module does not import dynamo (about 0.7 s)."""
+    return tuple(getattr(torch._dynamo.exc, name) for name in ("FailOnRecompileLimitHit", "FailOnCacheLimitHit")
+                 if hasattr(torch._dynamo.exc, name))
 
 
 @dataclass(frozen=True)
@@ -374,7 +376,7 @@ class CompiledOrEager(nn.Module):
                 return self.compiled(*args, **kwargs)
         except Exception as error:  # any compiler failure: the eager call below raises a real error again
             output = self.eager(*args, **kwargs)
-            if isinstance(error, _LIMIT_HIT):  # this shape runs eager; the graphs compiled so far stay
+            if isinstance(error, _limit_hit()):  # this shape runs eager; the graphs compiled so far stay
                 if self.past_bound is None and self.announce:
                     print(f"torch.compile: a shape past the bound of {self.graphs} graphs runs eager "
                           f"({_why(error)}); the shapes compiled so far stay compiled")

@@ -2,9 +2,10 @@
 publishes what its cells printed. The shipped sample, written for the course, is always shown.
 
 A stand-in for Kaggle's competition input is the shipped sample with a marker word added to every comment; the
-notebooks that quote comments (01 and 07) run on it in smoke mode, and the marker must not appear in any output,
-until BERTLIB_SHOW_COMMENTS=1 asks for it. On these comments, 07 says what its fine-tuning runs will take first,
-and, run on its own (no checkpoint from 06), fine-tunes the shipped run with every score a number.
+notebooks that quote comments (01 and 07) run on it in smoke mode, and the marker must not appear in any output;
+BERTLIB_SHOW_COMMENTS=1 shows it (checked where fold_comments is called). On these comments, 07 says what its
+fine-tuning runs will take first, and, run on its own (no checkpoint from 06), fine-tunes the shipped run with every
+score a number.
 """
 
 from __future__ import annotations
@@ -47,8 +48,10 @@ def test_real_comments_are_folded_away_with_a_line_saying_how_to_see_them(kaggle
     said = capsys.readouterr().out
     assert MARKER not in said and said.startswith("the first rows: not shown, since these are real comments")
     assert f"%env {course.SHOW_COMMENTS}=1" in said
-    monkeypatch.setenv(course.SHOW_COMMENTS, "1")
+    monkeypatch.setenv(course.SHOW_COMMENTS, "1")  # as `%env BERTLIB_SHOW_COMMENTS=1` in a notebook sets it
     assert course.comments_shown()
+    course.fold_comments("the first rows", f"a comment {MARKER}")
+    assert MARKER in capsys.readouterr().out  # asked for: shown
     monkeypatch.delenv(course.SHOW_COMMENTS)
     monkeypatch.setattr(comment_data, "KAGGLE_DIR", kaggle_like.parent / "none")
     assert course.comments_shown()  # the shipped sample
@@ -72,6 +75,3 @@ def test_no_output_of_01_or_07_quotes_a_real_comment_unless_asked(kaggle_like, t
     assert "course BERT (shipped run):" in streams["stdout"]
     assert not re.search(r"[+-]nan|\[nan|nan\]|nan mean", streams["stdout"])  # a score, not the word in a signature
     assert "Mean of empty slice" not in streams["stderr"]
-    monkeypatch.setenv(course.SHOW_COMMENTS, "1")
-    runner.run_notebook(NOTEBOOKS["01"], executed)
-    assert MARKER in outputs_text(executed)  # asked for: shown

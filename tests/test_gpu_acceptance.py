@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from conftest import BENCHMARKS
+from conftest import BENCHMARKS, benchmark_script
 
 SCRIPT = str(BENCHMARKS / "gpu_acceptance.py")
 
@@ -32,13 +32,41 @@ def test_on_the_cpu_every_part_runs_and_the_table_says_which_could_not():
             f"numerics {precision}"]
     for arm in ("transformers, eager", "bertlib, eager", "python -m bertlib.pretrain --no-compile"):  # its arms
         assert table[f"step: {arm}"].endswith(" tokens/s")
-    assert re.search(r"done: step \d+ in \d+ s \(\d+% of --minutes 0.05\)", table["--minutes against its budget"])
+    assert re.search(r"done: step \d+ in \d+ s \(\d+% of --minutes 0.1\)", table["--minutes against its budget"])
     assert "command / raw bertlib step (eager) " in table["ratios"]
-    assert "BERT-tiny, " in table["06's GPU cell"]
+    assert re.search(r"BERT-tiny, \d+ steps, .* tokens/s; training \d+% of its 0.02-minute budget; ",
+                     table["06's GPU cell"])
     assert re.search(r"06's model: \d+ steps, 06's model, random init: \d+ steps; [\d.]+ min against the [\d.]+ min "
                      "it announced", table["07's GPU cell"])
     assert table["host syncs of the command"].startswith("--   ")
     assert table["host syncs of the command"].endswith("not counted (no CUDA GPU)")
-    for shown_only in ("--minutes against its budget", "ratios", "07's GPU cell"):  # a CPU's tiny run: no verdict
-        assert table[shown_only].startswith("--   "), table[shown_only]
-    assert lines[-1] == "5 of 5 judged checks passed; 6 shown only (--: not run here, or not a pass-or-fail figure)"
+    shown_only = [check for check in table if check != "numerics fp32"]  # a CPU's tiny runs: no verdict
+    for check in shown_only:
+        assert table[check].startswith("--   "), table[check]
+    assert lines[-1] == (f"1 of 1 judged checks passed; {len(shown_only)} shown only (--: not run here, or not a "
+                         "pass-or-fail figure)")
+
+
+def gpu_printout(compiled_mfu: float, minutes_share: int, command_ratio: float) -> list[str]:
+    """What bench_gpu_step.py prints on a GPU, in its own format, with the three marked figures as given."""
+    return ["NVIDIA H200; torch 2.13.0, transformers 5.25.0; bf16; BERT-base, batch 128 x seq 128; peak 989 TFLOP/s",
+            "  transformers, eager                           460,650 tokens/s  MFU 24.8%",
+            f"  bertlib, compiled                             694,365 tokens/s  MFU {compiled_mfu:.1%}",
+            "  python -m bertlib.pretrain --compile          595,150 tokens/s  MFU 32.1%",
+            f"  done: step 1495 in 60 s ({minutes_share}% of --minutes 1)",
+            "  host syncs: 0 warned of by torch.cuda.set_sync_debug_mode('warn') in 1495 steps, logging every 10",
+            f"ratios: bertlib / transformers (compiled) 1.35, command / raw bertlib step (compiled) {command_ratio}"]
+
+
+@pytest.mark.parametrize(("mfu", "share", "ratio", "failed"), [
+    (0.46, 102, 0.91, set()),
+    (0.374, 102, 0.91, {"step: bertlib, compiled"}),
+    (0.46, 78, 0.86, {"--minutes against its budget", "ratios"}),
+])
+def test_on_a_gpu_the_marked_rows_pass_and_fail_by_their_marks_and_the_rest_are_shown_only(mfu, share, ratio, failed):
+    printed = gpu_printout(mfu, share, ratio)
+    rows = {check: passed for check, _, passed in benchmark_script("gpu_acceptance").step_rows(printed, cpu=False)}
+    judged = {"step: bertlib, compiled", "--minutes against its budget", "ratios"}
+    assert {check for check, passed in rows.items() if passed is not None} == judged
+    assert {check for check, passed in rows.items() if passed is False} == failed
+    assert rows["step: transformers, eager"] is None and rows["host syncs of the command"] is None

@@ -331,12 +331,17 @@ def test_the_compile_choice_is_not_a_setting_a_resume_must_keep(corpus, vocab, t
 
 
 def test_the_command_line_gives_every_typed_setting_with_its_default():
-    """The typed settings are the command's flags: one field per flag, the same defaults (and `compiled`)."""
+    """The typed settings are the command's flags: one field per flag (and `compiled`), and the flags not given
+    parse to the fields' defaults."""
     parsed = vars(pretrain._parser().parse_args(["--corpus", "c", "--out", "o"]))
-    fields = {field.name: field.default for field in dataclasses.fields(pretraining_run.PretrainArgs)}
-    assert set(parsed) == set(fields) - {"compiled"}
-    assert {name: parsed[name] for name in parsed if name not in ("corpus", "out")} == {
-        name: default for name, default in fields.items() if name not in ("corpus", "out", "compiled")}
+    assert set(parsed) == {field.name for field in dataclasses.fields(pretraining_run.PretrainArgs)} - {"compiled"}
+    assert pretrain.parse_args(["--corpus", "c", "--out", "o"]) == pretraining_run.PretrainArgs(corpus="c", out="o")
+
+
+def test_help_gives_the_defaults_the_typed_settings_have_and_no_none():
+    shown = " ".join(pretrain._parser().format_help().split())  # argparse wraps lines: one space between words
+    assert "steps between logged lines (default: 10)" in shown and "the weights and the masks (default: 0)" in shown
+    assert "(default: None)" not in shown and "(default: False)" not in shown
 
 
 def test_a_record_with_a_setting_this_version_lacks_is_refused_by_name():

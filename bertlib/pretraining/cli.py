@@ -72,6 +72,7 @@ large-batch optimizers.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 
@@ -79,62 +80,75 @@ from bertlib.model.config import BertConfig
 from bertlib.pretraining.run import DEFAULT_STEPS, RECIPES, PretrainArgs, apply_recipe, run_pretraining
 
 
+class _ShowDefaults(argparse.HelpFormatter):
+    """--help gives each flag's default where it has one (a recipe's flags say "(recipe)" instead)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        unset = action.default is None or action.default is False or action.default is argparse.SUPPRESS
+        shown = not unset and "default" not in (action.help or "")
+        return f"{action.help or ''} (default: %(default)s)".lstrip() if shown else action.help or ""
+
+
 def _parser() -> argparse.ArgumentParser:
-    """The command line."""
-    parser = argparse.ArgumentParser(prog="python -m bertlib.pretrain", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--recipe", choices=list(RECIPES), default=None,
+    """The command line; its defaults are PretrainArgs' (one place for them)."""
+    parser = argparse.ArgumentParser(prog="python -m bertlib.pretrain", description=__doc__.split("\n\n")[0],
+                                     formatter_class=_ShowDefaults)
+    parser.add_argument("--recipe", choices=list(RECIPES),
                         help="the defaults of the flags marked (recipe) below; default: cpu on a CPU, else gpu")
-    parser.add_argument("--config", default=None, choices=list(BertConfig.PRESETS), help="model size preset (recipe)")
+    parser.add_argument("--config", choices=list(BertConfig.PRESETS), help="model size preset (recipe)")
     parser.add_argument("--corpus", required=True,
                         help="folder of .txt documents (or one .txt file), or a source: auto, sample, wikitext, kaggle")
-    parser.add_argument("--max-documents", type=int, default=None, help="use only the first N documents")
-    parser.add_argument("--vocab", default=None, help="vocab.txt (default: train one on the corpus)")
-    parser.add_argument("--vocab-size", type=int, default=None, help="size of a vocabulary trained here (recipe)")
-    parser.add_argument("--vocab-score", choices=["frequency", "likelihood"], default="frequency",
+    parser.add_argument("--max-documents", type=int, help="use only the first N documents")
+    parser.add_argument("--vocab", help="vocab.txt (default: train one on the corpus)")
+    parser.add_argument("--vocab-size", type=int, help="size of a vocabulary trained here (recipe)")
+    parser.add_argument("--vocab-score", choices=["frequency", "likelihood"],
                         help="merge rule of a vocabulary trained here: frequency keeps frequent words whole")
     parser.add_argument("--out", required=True, help="folder for checkpoints, run.json, history.csv, pretrained/")
-    parser.add_argument("--steps", type=int, default=None,
+    parser.add_argument("--steps", type=int,
                         help=f"optimizer steps in all (default {DEFAULT_STEPS:,}; may grow on resume); with "
                              "--minutes, an upper bound on the steps the time budget gives")
-    parser.add_argument("--minutes", type=float, default=None,
+    parser.add_argument("--minutes", type=float,
                         help="time budget of the whole command: a short timing probe sets the step count, and "
                              "the run moves its last step if the machine's speed changes; a resume keeps its clock")
-    parser.add_argument("--objective", choices=["mlm", "mlm+nsp"], default=None,
+    parser.add_argument("--objective", choices=["mlm", "mlm+nsp"],
                         help="mlm: packed windows, MLM only (RoBERTa); mlm+nsp: sentence pairs (BERT) (recipe)")
-    parser.add_argument("--batch-size", type=int, default=None, help="windows or pairs per step and process (recipe)")
-    parser.add_argument("--seq-len", type=int, default=None,
+    parser.add_argument("--batch-size", type=int, help="windows or pairs per step and process (recipe)")
+    parser.add_argument("--seq-len", type=int,
                         help="tokens per window or pair, [CLS] and [SEP]s included (recipe)")
-    parser.add_argument("--lr", type=float, default=None, help="peak learning rate (recipe)")
-    parser.add_argument("--warmup-ratio", type=float, default=None, help="share of the steps warming up (recipe)")
-    parser.add_argument("--mlm-probability", type=float, default=0.15)
-    parser.add_argument("--max-predictions", type=int, default=20, help="cap on predicted tokens per pair")
+    parser.add_argument("--lr", type=float, help="peak learning rate (recipe)")
+    parser.add_argument("--warmup-ratio", type=float, help="share of the steps warming up (recipe)")
+    parser.add_argument("--mlm-probability", type=float, help="share of the tokens chosen for MLM")
+    parser.add_argument("--max-predictions", type=int, help="cap on predicted tokens per pair")
     parser.add_argument("--whole-word", action="store_true", help="mask the '##' pieces of a word together")
-    parser.add_argument("--dupe-factor", type=int, default=5,
+    parser.add_argument("--dupe-factor", type=int,
                         help="passes over the corpus with new pair cuts or window offsets")
-    parser.add_argument("--short-seq-prob", type=float, default=0.1)
-    parser.add_argument("--eval-fraction", type=float, default=0.05, help="share of documents held out (0: none)")
-    parser.add_argument("--eval-every", type=int, default=None, help="steps between evaluations (default: end)")
-    parser.add_argument("--checkpoint-every", type=int, default=500)
-    parser.add_argument("--log-every", type=int, default=10)
-    parser.add_argument("--precision", choices=["auto", "bf16", "fp16", "fp32"], default="auto",
+    parser.add_argument("--short-seq-prob", type=float, help="share of pairs cut shorter than --seq-len")
+    parser.add_argument("--eval-fraction", type=float, help="share of documents held out (0: none)")
+    parser.add_argument("--eval-every", type=int, help="steps between evaluations (default: end)")
+    parser.add_argument("--checkpoint-every", type=int, help="steps between checkpoints")
+    parser.add_argument("--log-every", type=int, help="steps between logged lines")
+    parser.add_argument("--precision", choices=["auto", "bf16", "fp16", "fp32"],
                         help="auto: bf16 on GPUs that have it, fp32 on CPU")
-    parser.add_argument("--attn", choices=["sdpa", "eager"], default="sdpa", help="attention implementation")
-    parser.add_argument("--dropout", type=float, default=None, help="(recipe)")
+    parser.add_argument("--attn", choices=["sdpa", "eager"], help="attention implementation")
+    parser.add_argument("--dropout", type=float, help="(recipe)")
     parser.add_argument("--dense-mlm", action="store_true",
                         help="run the MLM head at every position (slower; the default runs it at masked ones)")
-    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction,
                         help="torch.compile the model (default: on a CUDA GPU of compute capability 7.0 or more); "
                              "batches are then padded to a few bucket widths, one graph each")
     parser.add_argument("--no-group", action="store_true",
                         help="random batches of sentence pairs instead of length-grouped ones (more padding)")
-    parser.add_argument("--workers", type=int, default=None,
+    parser.add_argument("--workers", type=int,
                         help="processes that collate batches ahead of the model (default: 2 on a CUDA GPU, else 0)")
-    parser.add_argument("--peak-tflops", type=float, default=None,
+    parser.add_argument("--peak-tflops", type=float,
                         help="the GPU's peak TFLOP/s in this precision, for the MFU line (default: known GPUs)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+    parser.add_argument("--seed", type=int,
+                        help="seeds the held-out split, the pairs, the batches, the weights and the masks")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction,
                         help="progress bars on stderr (--no-progress: the summary lines only, as notebook 06 runs it)")
-    parser.add_argument("--device", default=None, help="default: cuda, then mps, then cpu")
+    parser.add_argument("--device", help="default: cuda, then mps, then cpu")
+    parser.set_defaults(**{field.name: field.default for field in dataclasses.fields(PretrainArgs)
+                           if field.default is not dataclasses.MISSING and field.name != "compiled"})
     return parser
 
 

@@ -98,12 +98,15 @@ def step_rows(lines: list[str], cpu: bool) -> list[tuple[str, str, bool | None]]
     rows = []
     for line in lines[1:]:
         arm = re.match(r"\s+((?:transformers|bertlib|python)\S*(?: \S+)*?)\s{2,}(.+)", line)
-        if arm:  # the compiled raw step of bertlib carries the mark; the other arms are figures beside it
-            used = re.search(r"MFU ([\d.]+)%", arm.group(2))
-            marked = not cpu and arm.group(1) == "bertlib, compiled"
-            rows.append((f"step: {arm.group(1)}", arm.group(2) + (f" ({MFU_MARK:.0%} MFU or more passes)" if marked
-                                                                  else ""),
-                         (used is not None and float(used.group(1)) / 100 >= MFU_MARK) if marked else None))
+        if not arm:
+            continue
+        check, figure = f"step: {arm.group(1)}", arm.group(2)
+        if cpu or arm.group(1) != "bertlib, compiled":  # the other arms are figures beside the marked one
+            rows.append((check, figure, None))
+            continue
+        used = re.search(r"MFU ([\d.]+)%", figure)
+        rows.append((check, f"{figure} ({MFU_MARK:.0%} MFU or more passes)",
+                     used is not None and float(used.group(1)) / 100 >= MFU_MARK))
     took = next((line.strip() for line in lines if line.strip().startswith(("done: ", "no budget line"))),
                 "no budget line")
     share = re.search(r"\((\d+)% of --minutes", took)  # "done: step 812 in 59 s (98% of --minutes 1)"

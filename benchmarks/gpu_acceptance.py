@@ -48,6 +48,11 @@ MFU_MARK = 0.45
 """The compiled raw step of bertlib at BERT-base, seq 128, passes at this MFU or more (issue 51's mark)."""
 
 
+def within_budget(share: re.Match[str] | None, cpu: bool) -> bool | None:
+    """A run's "(P% of ...)" share within 5 points of 100 passes; None on a CPU, whose tiny runs are shown only."""
+    return None if cpu else share is not None and abs(int(share.group(1)) - 100) <= 5
+
+
 def numerics(device: torch.device, preset: str) -> list[tuple[str, str, bool | None]]:
     """(check, result, passed) per precision: each model's largest error against transformers' fp32 output."""
     config = BertConfig.preset(preset, vocab_size=1000, hidden_dropout_prob=0.0, attention_dropout_prob=0.0)
@@ -110,8 +115,8 @@ def step_rows(lines: list[str], cpu: bool) -> list[tuple[str, str, bool | None]]
     took = next((line.strip() for line in lines if line.strip().startswith(("done: ", "no budget line"))),
                 "no budget line")
     share = re.search(r"\((\d+)% of --minutes", took)  # "done: step 812 in 59 s (98% of --minutes 1)"
-    on_time = None if cpu else share is not None and abs(int(share.group(1)) - 100) <= 5  # a CPU's: shown only
-    rows.append(("--minutes against its budget", took + ("" if cpu else " (within 5% passes)"), on_time))
+    rows.append(("--minutes against its budget", took + ("" if cpu else " (within 5% passes)"),
+                 within_budget(share, cpu)))
     syncs = next((line.strip() for line in lines if "host syncs: " in line), "host syncs: no line")
     rows.append(("host syncs of the command", syncs.removeprefix("host syncs: "), None))
     ratio = re.search(r"command / raw bertlib step \((\w+)\) ([\d.]+)", lines[-1])
@@ -137,11 +142,10 @@ def gpu_cells(device: torch.device, cpu: bool) -> list[tuple[str, str, bool | No
         frame = run.history.frame()
         speed = frame["tokens_per_s"].iloc[len(frame) // 2:].median()
         share = re.search(r"took [\d.]+ s of its \d+ s budget \((\d+)%\)", said.getvalue())
-        on_time = None if cpu else share is not None and abs(int(share.group(1)) - 100) <= 5  # a CPU's: shown only
         rows = [("06's GPU cell", f"BERT-{run.preset}, {int(frame.index.max())} steps, {speed:,.0f} tokens/s; "
                                   f"training {share.group(1) if share else '?'}% of its {settings.minutes:g}-minute "
                                   f"budget" + ("" if cpu else " (within 5% passes)") + f"; {took:.0f} s in all "
-                                  "(text preparation and scoring included)", on_time)]
+                                  "(text preparation and scoring included)", within_budget(share, cpu))]
         rows.append(finetune_cell(settings.save_to, Path(folder) / "finetuning", device, cpu))
     return rows
 
